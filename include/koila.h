@@ -1,0 +1,337 @@
+/*
+ * koila.h - the C API of koila: lazy LibTorch tensors that never run out of memory.
+ *
+ * This header is the contract. It is pure C99: no C++ and no LibTorch types appear here.
+ *
+ * Conventions
+ *   - Every fallible call returns koila_status*. NULL means success. A non-NULL status
+ *     carries a koila_code and a message; release it with koila_status_free().
+ *   - Output parameters come first and are named `out`. What comes back through `T **out`
+ *     belongs to the caller and is released once with koila_T_free(). Every _free accepts
+ *     NULL, and handles may be freed in any order (a tensor keeps alive the graph it
+ *     depends on).
+ *   - Dims and sizes are int64_t; negative dims count from the end, as in PyTorch.
+ *   - Devices are strings: "cpu", "cuda", "cuda:N".
+ *   - Input buffers are copied; the caller keeps ownership of its memory.
+ *   - A handle may move between threads but must not be used from two threads at once.
+ *   - Text out (_to_string, _describe): writes at most `capacity` bytes, always
+ *     NUL-terminated when capacity > 0, and sets *needed to the full length plus one.
+ *     `buf` may be NULL when capacity is 0, to ask for the size.
+ */
+#ifndef KOILA_H
+#define KOILA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  if defined(KOILA_BUILDING_LIBRARY)
+#    define KOILA_API __declspec(dllexport)
+#  else
+#    define KOILA_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define KOILA_API __attribute__((visibility("default")))
+#else
+#  define KOILA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KOILA_VERSION_MAJOR 0
+#define KOILA_VERSION_MINOR 1
+#define KOILA_VERSION_PATCH 0
+
+/* Opaque handles. */
+typedef struct koila_tensor koila_tensor;
+typedef struct koila_status koila_status;
+typedef struct koila_plan koila_plan;
+typedef struct koila_module koila_module;
+typedef struct koila_optimizer koila_optimizer;
+
+typedef enum koila_code {
+  KOILA_OK = 0,
+  KOILA_ERROR_INVALID_ARGUMENT = 1, /* NULL where a handle is needed, bad dim, bad size */
+  KOILA_ERROR_SHAPE = 2,            /* shapes that do not fit the op; message names both */
+  KOILA_ERROR_DTYPE = 3,
+  KOILA_ERROR_DEVICE = 4,           /* unknown or unavailable device */
+  KOILA_ERROR_OUT_OF_MEMORY = 5,    /* not even a chunk of one sample fits the budget */
+  KOILA_ERROR_NOT_SPLITTABLE = 6,   /* graph mixes samples across the batch and does not fit unsplit */
+  KOILA_ERROR_IO = 7,               /* file missing, unreadable or corrupt */
+  KOILA_ERROR_UNSUPPORTED = 8,
+  KOILA_ERROR_INTERNAL = 9
+} koila_code;
+
+typedef enum koila_dtype {
+  KOILA_FLOAT32 = 0,
+  KOILA_FLOAT64 = 1,
+  KOILA_FLOAT16 = 2,
+  KOILA_BFLOAT16 = 3,
+  KOILA_INT64 = 4,
+  KOILA_INT32 = 5,
+  KOILA_INT8 = 6,
+  KOILA_UINT8 = 7,
+  KOILA_BOOL = 8
+} koila_dtype;
+
+typedef enum koila_reduction {
+  KOILA_REDUCTION_NONE = 0,
+  KOILA_REDUCTION_MEAN = 1,
+  KOILA_REDUCTION_SUM = 2
+} koila_reduction;
+
+typedef enum koila_mode { KOILA_MODE_FORWARD = 0, KOILA_MODE_TRAINING = 1 } koila_mode;
+
+/* Passed as batch_dim to koila_lazy: defer the tensor but give it no batch dimension
+   (everything computed from it is lazy, nothing is split along it). */
+#define KOILA_NO_BATCH INT64_MIN
+
+/* ------------------------------------------------------------------------------------ */
+/* Library and status                                                                    */
+/* ------------------------------------------------------------------------------------ */
+
+/* "0.1.0". Static storage; never freed. */
+KOILA_API const char *koila_version(void);
+/* The code of a status; NULL (success) gives KOILA_OK. */
+KOILA_API koila_code koila_status_code(const koila_status *s);
+/* The message of a status; NULL gives "". Valid until the status is freed. */
+KOILA_API const char *koila_status_message(const koila_status *s);
+KOILA_API void koila_status_free(koila_status *s);
+/* Seeds every random generator koila uses (randn, dropout) on every device. */
+KOILA_API koila_status *koila_manual_seed(uint64_t seed);
+
+/* ------------------------------------------------------------------------------------ */
+/* Tensors                                                                                */
+/* ------------------------------------------------------------------------------------ */
+
+/* A concrete tensor holding a copy of `data` (row-major, nbytes == numel * element size).
+   `shape` may be NULL when ndim is 0 (a scalar); `data` may be NULL when numel is 0. */
+KOILA_API koila_status *koila_tensor_from_data(koila_tensor **out, const void *data,
+                                               size_t nbytes, koila_dtype dtype,
+                                               const int64_t *shape, size_t ndim,
+                                               const char *device);
+KOILA_API koila_status *koila_tensor_zeros(koila_tensor **out, const int64_t *shape,
+                                           size_t ndim, koila_dtype dtype, const char *device);
+KOILA_API koila_status *koila_tensor_ones(koila_tensor **out, const int64_t *shape,
+                                          size_t ndim, koila_dtype dtype, const char *device);
+/* Standard normal samples; floating dtypes only (KOILA_ERROR_DTYPE otherwise). */
+KOILA_API koila_status *koila_tensor_randn(koila_tensor **out, const int64_t *shape,
+                                           size_t ndim, koila_dtype dtype, const char *device);
+KOILA_API void koila_tensor_free(koila_tensor *t);
+
+/* The one line: wrap a tensor so that everything computed from it is deferred, and
+   dimension batch_dim is the batch that may be split. batch_dim may be negative (counts
+   from the end) or KOILA_NO_BATCH. The lazy tensor reads the current values of `t` every
+   time it is evaluated (it does not copy them). Wrapping a lazy tensor again is allowed
+   only with the same batch dim (the result is the same recipe). */
+KOILA_API koila_status *koila_lazy(koila_tensor **out, const koila_tensor *t, int64_t batch_dim);
+
+/* Metadata: never evaluates anything. */
+/* Writes the rank to *ndim and the first min(ndim, capacity) sizes to dims. */
+KOILA_API koila_status *koila_tensor_shape(const koila_tensor *t, int64_t *dims,
+                                           size_t capacity, size_t *ndim);
+KOILA_API koila_status *koila_tensor_dtype(const koila_tensor *t, koila_dtype *out);
+/* The dim that carries the batch, or -1 when the tensor has none. */
+KOILA_API koila_status *koila_tensor_batch_dim(const koila_tensor *t, int64_t *out);
+KOILA_API koila_status *koila_tensor_is_lazy(const koila_tensor *t, int *out);
+
+/* Reading values evaluates (split into chunks when the budget requires it). Reads do not
+   record gradients. */
+/* nbytes must equal numel * element size; data is written row-major. */
+KOILA_API koila_status *koila_tensor_to_host(const koila_tensor *t, void *data, size_t nbytes);
+/* The value of a one-element tensor (any dtype) as a double. */
+KOILA_API koila_status *koila_tensor_item(const koila_tensor *t, double *out);
+/* The tensor printed as LibTorch prints it. */
+KOILA_API koila_status *koila_tensor_to_string(const koila_tensor *t, char *buf,
+                                               size_t capacity, size_t *needed);
+/* A concrete tensor with the value of t (t itself, shared, when t is already concrete).
+   The result of evaluating a lazy tensor does not require grad: train through
+   koila_backward on the lazy loss. */
+KOILA_API koila_status *koila_eval(koila_tensor **out, const koila_tensor *t);
+
+/* ------------------------------------------------------------------------------------ */
+/* Autograd and training                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* Concrete floating-point leaves only (parameters). Lazy tensors are refused: gradients
+   of a lazy graph flow to the concrete leaves it was built from. */
+KOILA_API koila_status *koila_tensor_set_requires_grad(koila_tensor *t, int flag);
+/* Backward from a scalar loss. With a lazy batch, runs forward+backward chunk by chunk
+   under the memory budget and accumulates gradients so that they equal the full-batch
+   gradients (mean and sum reductions over the batch are scaled exactly, also for uneven
+   chunks). Gradients add into existing .grad, as in PyTorch. A lazy loss may be
+   backpropagated any number of times (each call evaluates it again); a failed call
+   leaves every gradient as it was. */
+KOILA_API koila_status *koila_backward(const koila_tensor *loss);
+/* The gradient of a concrete leaf (or of the tensor a lazy input wraps); *out is NULL
+   when there is none. The returned tensor aliases the gradient. */
+KOILA_API koila_status *koila_tensor_grad(koila_tensor **out, const koila_tensor *t);
+/* Sets an existing gradient to zero in place (handles from koila_tensor_grad see it). */
+KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
+
+/* ------------------------------------------------------------------------------------ */
+/* Operators                                                                              */
+/*                                                                                        */
+/* All return a new tensor through `out`; the result is lazy when any input is lazy, else */
+/* computed at once. Shape and dtype errors are reported by the call that builds the op,  */
+/* never later at evaluation. Optional tensors (bias, weight, masks) may be NULL. Arrays  */
+/* of ints come as pointer + count. Broadcasting and dtype promotion follow PyTorch.      */
+/* ------------------------------------------------------------------------------------ */
+
+/* Elementwise, broadcasting. */
+KOILA_API koila_status *koila_add(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_sub(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_mul(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+/* True division: integer inputs give a floating result. */
+KOILA_API koila_status *koila_div(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_pow(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_maximum(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_minimum(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+/* Comparisons give KOILA_BOOL. */
+KOILA_API koila_status *koila_eq(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_ne(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_lt(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_le(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_gt(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_ge(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+
+/* With a scalar. */
+KOILA_API koila_status *koila_add_scalar(koila_tensor **out, const koila_tensor *a, double s);
+KOILA_API koila_status *koila_sub_scalar(koila_tensor **out, const koila_tensor *a, double s);
+KOILA_API koila_status *koila_mul_scalar(koila_tensor **out, const koila_tensor *a, double s);
+KOILA_API koila_status *koila_div_scalar(koila_tensor **out, const koila_tensor *a, double s);
+KOILA_API koila_status *koila_pow_scalar(koila_tensor **out, const koila_tensor *a, double s);
+
+/* Unary. */
+KOILA_API koila_status *koila_neg(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_abs(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_exp(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_log(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_sqrt(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_rsqrt(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_sin(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_cos(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_tanh(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_sigmoid(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_relu(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_gelu(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_silu(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_leaky_relu(koila_tensor **out, const koila_tensor *x, double slope);
+/* lo <= hi is not required (as in PyTorch, values end up at hi when lo > hi). */
+KOILA_API koila_status *koila_clamp(koila_tensor **out, const koila_tensor *x, double lo, double hi);
+KOILA_API koila_status *koila_softmax(koila_tensor **out, const koila_tensor *x, int64_t dim);
+KOILA_API koila_status *koila_log_softmax(koila_tensor **out, const koila_tensor *x, int64_t dim);
+/* 0 <= p <= 1. With train == 0 the input passes through unchanged. */
+KOILA_API koila_status *koila_dropout(koila_tensor **out, const koila_tensor *x, double p, int train);
+
+/* Linear algebra. matmul follows torch.matmul (1-D, 2-D and broadcast batched cases);
+   linear computes x @ weight^T + bias with weight [out, in]. */
+KOILA_API koila_status *koila_matmul(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
+KOILA_API koila_status *koila_linear(koila_tensor **out, const koila_tensor *x,
+                                     const koila_tensor *weight, const koila_tensor *bias);
+
+/* Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes
+   PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0,
+   dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]. */
+KOILA_API koila_status *koila_conv1d(koila_tensor **out, const koila_tensor *x,
+                                     const koila_tensor *w, const koila_tensor *bias,
+                                     const int64_t *stride, const int64_t *padding,
+                                     const int64_t *dilation, int64_t groups);
+KOILA_API koila_status *koila_conv2d(koila_tensor **out, const koila_tensor *x,
+                                     const koila_tensor *w, const koila_tensor *bias,
+                                     const int64_t *stride, const int64_t *padding,
+                                     const int64_t *dilation, int64_t groups);
+KOILA_API koila_status *koila_max_pool2d(koila_tensor **out, const koila_tensor *x,
+                                         const int64_t *kernel, const int64_t *stride,
+                                         const int64_t *padding, int ceil_mode);
+KOILA_API koila_status *koila_avg_pool2d(koila_tensor **out, const koila_tensor *x,
+                                         const int64_t *kernel, const int64_t *stride,
+                                         const int64_t *padding, int ceil_mode);
+KOILA_API koila_status *koila_adaptive_avg_pool2d(koila_tensor **out, const koila_tensor *x,
+                                                  const int64_t *output_size);
+
+/* Normalization and embedding. batch_norm normalizes over every dim but dim 1; in training
+   it uses the batch statistics (and updates running_mean/var, when given, each time it is
+   evaluated), which mixes samples across the batch. */
+KOILA_API koila_status *koila_batch_norm(koila_tensor **out, const koila_tensor *x,
+                                         const koila_tensor *weight, const koila_tensor *bias,
+                                         const koila_tensor *running_mean,
+                                         const koila_tensor *running_var, int training,
+                                         double momentum, double eps);
+KOILA_API koila_status *koila_layer_norm(koila_tensor **out, const koila_tensor *x,
+                                         const int64_t *normalized_shape, size_t n,
+                                         const koila_tensor *weight, const koila_tensor *bias,
+                                         double eps);
+/* Rows of weight [num, dim] picked by integer indices of any shape: indices.shape + [dim]. */
+KOILA_API koila_status *koila_embedding(koila_tensor **out, const koila_tensor *weight,
+                                        const koila_tensor *indices);
+
+/* Reductions. dims NULL or ndims 0 = all dims. */
+KOILA_API koila_status *koila_sum(koila_tensor **out, const koila_tensor *x, const int64_t *dims,
+                                  size_t ndims, int keepdim);
+KOILA_API koila_status *koila_mean(koila_tensor **out, const koila_tensor *x, const int64_t *dims,
+                                   size_t ndims, int keepdim);
+KOILA_API koila_status *koila_amax(koila_tensor **out, const koila_tensor *x, const int64_t *dims,
+                                   size_t ndims, int keepdim);
+KOILA_API koila_status *koila_amin(koila_tensor **out, const koila_tensor *x, const int64_t *dims,
+                                   size_t ndims, int keepdim);
+/* KOILA_INT64 indices of the largest value along dim. */
+KOILA_API koila_status *koila_argmax(koila_tensor **out, const koila_tensor *x, int64_t dim,
+                                     int keepdim);
+
+/* Shape. reshape accepts one -1. */
+KOILA_API koila_status *koila_reshape(koila_tensor **out, const koila_tensor *x,
+                                      const int64_t *shape, size_t ndim);
+KOILA_API koila_status *koila_permute(koila_tensor **out, const koila_tensor *x,
+                                      const int64_t *dims, size_t ndim);
+KOILA_API koila_status *koila_transpose(koila_tensor **out, const koila_tensor *x, int64_t d0,
+                                        int64_t d1);
+KOILA_API koila_status *koila_flatten(koila_tensor **out, const koila_tensor *x, int64_t start,
+                                      int64_t end);
+/* Removes dim when its size is 1; otherwise returns x's shape unchanged (as PyTorch). */
+KOILA_API koila_status *koila_squeeze(koila_tensor **out, const koila_tensor *x, int64_t dim);
+KOILA_API koila_status *koila_unsqueeze(koila_tensor **out, const koila_tensor *x, int64_t dim);
+KOILA_API koila_status *koila_cat(koila_tensor **out, koila_tensor *const *ts, size_t n,
+                                  int64_t dim);
+KOILA_API koila_status *koila_stack(koila_tensor **out, koila_tensor *const *ts, size_t n,
+                                    int64_t dim);
+KOILA_API koila_status *koila_narrow(koila_tensor **out, const koila_tensor *x, int64_t dim,
+                                     int64_t start, int64_t length);
+/* index: 1-D integer tensor. */
+KOILA_API koila_status *koila_index_select(koila_tensor **out, const koila_tensor *x, int64_t dim,
+                                           const koila_tensor *index);
+
+/* Losses. cross_entropy takes logits [N, C, ...] and either class indices [N, ...]
+   (integer) or class probabilities shaped like the logits; nll_loss takes log-probabilities
+   and class indices. Class index -100 is ignored, as in PyTorch. */
+KOILA_API koila_status *koila_cross_entropy(koila_tensor **out, const koila_tensor *logits,
+                                            const koila_tensor *target, koila_reduction r);
+KOILA_API koila_status *koila_nll_loss(koila_tensor **out, const koila_tensor *log_probs,
+                                       const koila_tensor *target, koila_reduction r);
+KOILA_API koila_status *koila_mse_loss(koila_tensor **out, const koila_tensor *a,
+                                       const koila_tensor *b, koila_reduction r);
+KOILA_API koila_status *koila_l1_loss(koila_tensor **out, const koila_tensor *a,
+                                      const koila_tensor *b, koila_reduction r);
+KOILA_API koila_status *koila_binary_cross_entropy_with_logits(koila_tensor **out,
+                                                               const koila_tensor *logits,
+                                                               const koila_tensor *target,
+                                                               koila_reduction r);
+
+/* Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E],
+   v [..., S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps
+   the positions that are true, a floating mask is added. is_causal masks j > i; it may be
+   combined with attn_mask. */
+KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
+                                                           const koila_tensor *q,
+                                                           const koila_tensor *k,
+                                                           const koila_tensor *v,
+                                                           const koila_tensor *attn_mask,
+                                                           int is_causal);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOILA_H */

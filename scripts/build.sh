@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds koila into build/ (or $KOILA_BUILD_DIR). Extra args go to cmake.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KOILA_BUILD_DIR:-$root/build}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+cmake --build "$build" -j"$(nproc)"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what koila needs to build and test on Debian 12 (idempotent; skips what is there).
+set -euo pipefail
+packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,256 @@
+// The C entry points for tensors, metadata, reads and autograd.
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "error.h"
+#include "executor.h"
+#include "graph.h"
+#include "types.h"
+
+using namespace koila;
+
+namespace {
+
+void set_out(koila_tensor** out, NodePtr node) { *out = new_handle(std::move(node)); }
+
+at::TensorOptions options_for(koila_dtype dtype, const char* device) {
+  const at::ScalarType type = to_scalar_type(dtype);
+  return at::TensorOptions().dtype(type).device(parse_device(device));
+}
+
+using Factory = at::Tensor (*)(at::IntArrayRef, at::TensorOptions);
+
+koila_status* make_filled(const char* where, koila_tensor** out, const int64_t* shape, size_t ndim,
+                          koila_dtype dtype, const char* device, Factory factory) {
+  return guard(where, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const auto dims = checked_shape(shape, ndim, "shape");
+    const auto options = options_for(dtype, device);
+    check_allocation(checked_numel(dims) * c10::elementSize(options.dtype().toScalarType()), options.device());
+    set_out(out, make_constant(factory(dims, options)));
+  });
+}
+
+// The value of t, evaluated without recording gradients.
+at::Tensor value_of(const NodePtr& node) {
+  if (!node->lazy()) return node->value;
+  return evaluate(node);
+}
+
+void write_text(const std::string& text, char* buf, size_t capacity, size_t* needed) {
+  if (capacity > 0 && buf == nullptr)
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
+  if (needed) *needed = text.size() + 1;
+  if (capacity == 0) return;
+  const size_t n = std::min(capacity - 1, text.size());
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+KOILA_API koila_status* koila_manual_seed(uint64_t seed) {
+  return guard(__func__, [&] { at::manual_seed(seed); });
+}
+
+KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* data, size_t nbytes,
+                                               koila_dtype dtype, const int64_t* shape, size_t ndim,
+                                               const char* device) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const auto dims = checked_shape(shape, ndim, "shape");
+    const auto options = options_for(dtype, device);
+    const uint64_t numel = checked_numel(dims);
+    const uint64_t expected = numel * c10::elementSize(options.dtype().toScalarType());
+    if (nbytes != expected)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but shape " + shape_string(dims) +
+                                             " of " + dtype_name(options.dtype().toScalarType()) + " needs " +
+                                             std::to_string(expected));
+    if (data == nullptr && nbytes > 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'data' is NULL");
+    check_allocation(expected, options.device());
+    at::Tensor host = at::empty(dims, options.device(at::kCPU));
+    if (nbytes > 0) std::memcpy(host.data_ptr(), data, nbytes);
+    set_out(out, make_constant(options.device().is_cpu() ? host : host.to(options.device())));
+  });
+}
+
+KOILA_API koila_status* koila_tensor_zeros(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
+                                           const char* device) {
+  return make_filled(__func__, out, shape, ndim, dtype, device,
+                     [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
+}
+
+KOILA_API koila_status* koila_tensor_ones(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
+                                          const char* device) {
+  return make_filled(__func__, out, shape, ndim, dtype, device,
+                     [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
+}
+
+KOILA_API koila_status* koila_tensor_randn(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
+                                           const char* device) {
+  if (dtype != KOILA_FLOAT32 && dtype != KOILA_FLOAT64 && dtype != KOILA_FLOAT16 && dtype != KOILA_BFLOAT16) {
+    return guard(__func__, [&] {
+      if (out) *out = nullptr;
+      fail(KOILA_ERROR_DTYPE, std::string("randn needs a floating dtype, got ") + dtype_name(to_scalar_type(dtype)));
+    });
+  }
+  return make_filled(__func__, out, shape, ndim, dtype, device,
+                     [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); });
+}
+
+KOILA_API void koila_tensor_free(koila_tensor* t) { delete t; }
+
+KOILA_API koila_status* koila_lazy(koila_tensor** out, const koila_tensor* t, int64_t batch_dim) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const NodePtr& node = node_of(t, "t");
+    const int64_t rank = static_cast<int64_t>(node->meta.shape.size());
+    int64_t dim = -1;
+    if (batch_dim != KOILA_NO_BATCH) {
+      if (rank == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "a scalar (rank 0) tensor has no dim to be the batch");
+      dim = normalize_dim(batch_dim, rank, "batch_dim");
+    }
+    if (node->lazy()) {
+      if (node->meta.batch_dim != dim)
+        fail(KOILA_ERROR_INVALID_ARGUMENT, "t is already lazy with batch dim " + std::to_string(node->meta.batch_dim) +
+                                               "; it cannot be given batch dim " + std::to_string(dim));
+      set_out(out, node);
+      return;
+    }
+    set_out(out, make_input(node->value, dim));
+  });
+}
+
+KOILA_API koila_status* koila_tensor_shape(const koila_tensor* t, int64_t* dims, size_t capacity, size_t* ndim) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    KOILA_REQUIRE_NOT_NULL(ndim);
+    if (capacity > 0 && dims == nullptr)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'dims' is NULL but capacity is " + std::to_string(capacity));
+    const auto& shape = node->meta.shape;
+    *ndim = shape.size();
+    for (size_t i = 0; i < std::min(capacity, shape.size()); ++i) dims[i] = shape[i];
+  });
+}
+
+KOILA_API koila_status* koila_tensor_dtype(const koila_tensor* t, koila_dtype* out) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = to_koila_dtype(node->meta.dtype);
+  });
+}
+
+KOILA_API koila_status* koila_tensor_batch_dim(const koila_tensor* t, int64_t* out) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = node->meta.batch_dim;
+  });
+}
+
+KOILA_API koila_status* koila_tensor_is_lazy(const koila_tensor* t, int* out) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = node->lazy() ? 1 : 0;
+  });
+}
+
+KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, size_t nbytes) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    const uint64_t expected = checked_numel(node->meta.shape) * c10::elementSize(node->meta.dtype);
+    if (nbytes != expected)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but the tensor (" +
+                                             shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype) +
+                                             ") has " + std::to_string(expected));
+    if (data == nullptr && nbytes > 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'data' is NULL");
+    if (nbytes == 0) return;
+    at::Tensor host = value_of(node).detach().to(at::kCPU).contiguous();
+    std::memcpy(data, host.data_ptr(), nbytes);
+  });
+}
+
+KOILA_API koila_status* koila_tensor_item(const koila_tensor* t, double* out) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    KOILA_REQUIRE_NOT_NULL(out);
+    const uint64_t numel = checked_numel(node->meta.shape);
+    if (numel != 1)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "item needs a tensor with exactly one element, but this one has shape " +
+                                             shape_string(node->meta.shape) + " (" + std::to_string(numel) +
+                                             " elements)");
+    *out = value_of(node).item<double>();
+  });
+}
+
+KOILA_API koila_status* koila_tensor_to_string(const koila_tensor* t, char* buf, size_t capacity, size_t* needed) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    if (capacity > 0 && buf == nullptr)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
+    std::ostringstream os;
+    os << value_of(node).detach();
+    write_text(os.str(), buf, capacity, needed);
+  });
+}
+
+KOILA_API koila_status* koila_eval(koila_tensor** out, const koila_tensor* t) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const NodePtr& node = node_of(t, "t");
+    set_out(out, node->lazy() ? make_constant(evaluate(node)) : node);
+  });
+}
+
+KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    if (node->lazy())
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
+                                         "lazy graph flow to the concrete tensors it was built from)");
+    if (flag && !at::isFloatingType(node->meta.dtype))
+      fail(KOILA_ERROR_DTYPE, std::string("only floating point tensors can require grad, t is ") +
+                                  dtype_name(node->meta.dtype));
+    if (!node->value.is_leaf())
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "t is the result of an operation on tensors that require grad; only "
+                                         "leaves can change requires_grad");
+    node->value.set_requires_grad(flag != 0);
+  });
+}
+
+KOILA_API koila_status* koila_backward(const koila_tensor* loss) {
+  return guard(__func__, [&] { backward(node_of(loss, "loss")); });
+}
+
+KOILA_API koila_status* koila_tensor_grad(koila_tensor** out, const koila_tensor* t) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const NodePtr& node = node_of(t, "t");
+    if (node->kind == NodeKind::Op) return;
+    const at::Tensor& grad = node->value.grad();
+    if (grad.defined()) set_out(out, make_constant(grad));
+  });
+}
+
+KOILA_API koila_status* koila_tensor_zero_grad(koila_tensor* t) {
+  return guard(__func__, [&] {
+    const NodePtr& node = node_of(t, "t");
+    if (node->kind == NodeKind::Op) return;
+    at::NoGradGuard no_grad;
+    const at::Tensor& grad = node->value.grad();
+    if (grad.defined()) grad.zero_();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,56 @@
+// The C boundary: koila::Error carries a koila_code; guard() turns every exception into a
+// koila_status so that nothing C++ ever crosses into C. Every exported function uses it.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "koila.h"
+
+struct koila_status {
+  koila_code code;
+  std::string message;
+};
+
+namespace koila {
+
+class Error : public std::runtime_error {
+ public:
+  Error(koila_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  koila_code code() const { return code_; }
+
+ private:
+  koila_code code_;
+};
+
+// The status handed out when even allocating a status fails; never deleted.
+koila_status& out_of_memory_status();
+
+[[noreturn]] void fail(koila_code code, const std::string& message);
+
+// Inside a catch block for a LibTorch error: throws it again as a koila::Error whose
+// message starts with `context`. Errors LibTorch does not classify get `fallback`.
+[[noreturn]] void rethrow_torch_error(const std::string& context, koila_code fallback);
+
+// Maps the exception in flight to a status whose message starts with `where`.
+koila_status* status_from_current_exception(const char* where) noexcept;
+
+template <class F>
+koila_status* guard(const char* where, F&& body) noexcept {
+  try {
+    body();
+    return nullptr;
+  } catch (...) {
+    return status_from_current_exception(where);
+  }
+}
+
+}  // namespace koila
+
+// Checks an argument that must not be NULL.
+#define KOILA_REQUIRE_NOT_NULL(arg)                                                \
+  do {                                                                             \
+    if ((arg) == nullptr)                                                          \
+      ::koila::fail(KOILA_ERROR_INVALID_ARGUMENT, "argument '" #arg "' is NULL"); \
+  } while (0)

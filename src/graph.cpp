@@ -1,0 +1,150 @@
+#include "graph.h"
+
+#include <sstream>
+
+#include "batch.h"
+#include "error.h"
+#include "meta_kernels.h"
+#include "types.h"
+
+namespace koila {
+
+at::Tensor meta_tensor(const Meta& meta) {
+  return at::empty(meta.shape, at::TensorOptions().dtype(meta.dtype).device(at::kMeta));
+}
+
+Meta meta_of(const at::Tensor& t) {
+  Meta m;
+  m.shape = t.sizes().vec();
+  m.dtype = t.scalar_type();
+  if (!t.is_meta()) m.device = t.device();
+  return m;
+}
+
+NodePtr make_constant(at::Tensor value) {
+  auto node = std::make_shared<Node>();
+  node->kind = NodeKind::Constant;
+  node->op = "constant";
+  node->meta = meta_of(value);
+  node->value = std::move(value);
+  return node;
+}
+
+NodePtr make_input(at::Tensor value, int64_t batch_dim) {
+  auto node = std::make_shared<Node>();
+  node->kind = NodeKind::Input;
+  node->op = "input";
+  node->meta = meta_of(value);
+  node->meta.batch_dim = batch_dim;
+  node->meta.from_batch = batch_dim >= 0;
+  node->value = std::move(value);
+  return node;
+}
+
+std::string describe_inputs(const std::vector<NodePtr>& inputs) {
+  std::ostringstream os;
+  bool first = true;
+  for (const NodePtr& in : inputs) {
+    if (!in) continue;
+    os << (first ? "" : ", ") << shape_string(in->meta.shape) << ' ' << dtype_name(in->meta.dtype);
+    first = false;
+  }
+  return os.str();
+}
+
+namespace {
+
+Meta infer_on_meta(const OpSpec& spec, const std::vector<const Meta*>& in, const Node& self) {
+  Tensors tensors;
+  tensors.reserve(in.size());
+  for (const Meta* m : in) tensors.push_back(m ? meta_tensor(*m) : at::Tensor());
+  return meta_of(spec.run(tensors, self));
+}
+
+c10::Device common_device(const std::vector<NodePtr>& inputs) {
+  const Node* first = nullptr;
+  for (const NodePtr& in : inputs) {
+    if (!in) continue;
+    if (!first) {
+      first = in.get();
+    } else if (in->meta.device != first->meta.device) {
+      fail(KOILA_ERROR_DEVICE, "inputs are on different devices (" + first->meta.device.str() + " and " +
+                                   in->meta.device.str() + ")");
+    }
+  }
+  if (!first) fail(KOILA_ERROR_INVALID_ARGUMENT, "no input tensor");
+  return first->meta.device;
+}
+
+}  // namespace
+
+NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
+  ensure_meta_kernels();
+  auto node = std::make_shared<Node>();
+  node->op = spec.name;
+  node->run = spec.run;
+  node->inputs = inputs;
+  const c10::Device device = common_device(inputs);
+
+  std::vector<const Meta*> metas;
+  bool any_lazy = false, any_batch = false, any_batched = false, any_reduced = false;
+  for (const NodePtr& in : inputs) {
+    metas.push_back(in ? &in->meta : nullptr);
+    if (!in) continue;
+    any_lazy |= in->lazy();
+    any_batch |= in->meta.from_batch;
+    any_batched |= in->meta.batch_dim >= 0;
+    any_reduced |= in->meta.from_batch && in->meta.batch_dim < 0;
+  }
+
+  try {
+    node->meta = infer_on_meta(spec, metas, *node);
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error&) {
+    rethrow_torch_error("inputs " + describe_inputs(inputs), KOILA_ERROR_SHAPE);
+  } catch (const std::exception& e) {  // a few LibTorch shape checks throw std::runtime_error
+    fail(KOILA_ERROR_SHAPE, "inputs " + describe_inputs(inputs) + ": " + e.what());
+  }
+  node->meta.device = device;
+
+  if (any_batch) {
+    BatchResult r = spec.batch ? spec.batch(metas, node->meta) : batch::elementwise(metas, node->meta);
+    if (any_batched && any_reduced && r.couples.empty())
+      r = batch::couple("combines a result reduced over the batch with batched data");
+    node->meta.batch_dim = r.batch_dim;
+    node->meta.from_batch = true;
+    node->couples = std::move(r.couples);
+    node->reduction = r.reduction;
+  }
+
+  if (any_lazy) return node;
+
+  // Every input is concrete: compute now, as eager LibTorch would (recording autograd).
+  Tensors values;
+  values.reserve(inputs.size());
+  for (const NodePtr& in : inputs) values.push_back(in ? in->value : at::Tensor());
+  at::Tensor result;
+  try {
+    result = spec.run(values, *node);
+  } catch (const c10::Error&) {
+    rethrow_torch_error("inputs " + describe_inputs(inputs), KOILA_ERROR_INVALID_ARGUMENT);
+  }
+  if (result.sizes() != at::IntArrayRef(node->meta.shape) || result.scalar_type() != node->meta.dtype)
+    fail(KOILA_ERROR_INTERNAL, std::string(spec.name) + " computed " + shape_string(result.sizes()) + " " +
+                                   dtype_name(result.scalar_type()) + " but inferred " +
+                                   shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype));
+  return make_constant(std::move(result));
+}
+
+koila_tensor* new_handle(NodePtr node) { return new koila_tensor{std::move(node)}; }
+
+const NodePtr& node_of(const koila_tensor* t, const char* what) {
+  if (t == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is NULL");
+  if (!t->node) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is not a valid tensor");
+  return t->node;
+}
+
+NodePtr optional_node(const koila_tensor* t) { return t ? node_of(t, "optional tensor") : nullptr; }
+
+}  // namespace koila

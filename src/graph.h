@@ -1,0 +1,106 @@
+// The lazy graph. A node is (op, attributes captured by its run function, inputs) plus
+// everything inferred about its result when it was built: shape, dtype, device, where the
+// batch dim went, and whether the op mixes samples across the batch. Nodes hold their
+// inputs, never their users, so a tensor keeps alive exactly the recipe it needs.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "koila.h"
+
+namespace koila {
+
+struct Node;
+using NodePtr = std::shared_ptr<const Node>;
+using Tensors = std::vector<at::Tensor>;
+
+// How an op that ends the batch combines across chunks.
+enum class BatchReduction { None, Sum, Mean, Max, Min };
+
+// What is known about a value without computing it.
+struct Meta {
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device = c10::Device(c10::kCPU);
+  int64_t batch_dim = -1;    // dim of this value that carries the batch; -1: none
+  bool from_batch = false;   // depends on batched data (also after a reduction ended the batch)
+  int64_t batch_size() const { return batch_dim >= 0 ? shape[batch_dim] : -1; }
+};
+
+// Where the batch goes through one op.
+struct BatchResult {
+  int64_t batch_dim = -1;
+  std::string couples;                        // non-empty: the op mixes samples; says how
+  BatchReduction reduction = BatchReduction::None;
+};
+
+using RunFn = std::function<at::Tensor(const Tensors& inputs, const Node& self)>;
+using BatchRule = std::function<BatchResult(const std::vector<const Meta*>& in, const Meta& out)>;
+
+enum class NodeKind {
+  Constant,  // a concrete tensor (parameters, data, results of eager ops)
+  Input,     // a lazy wrapper around a concrete tensor, possibly batched
+  Op,        // a deferred operation
+};
+
+struct Node {
+  NodeKind kind = NodeKind::Op;
+  std::string op;             // "koila_add"; for leaves "constant" / "input"
+  RunFn run;                  // Op nodes: how to compute the value from the inputs
+  std::vector<NodePtr> inputs;
+  Meta meta;
+  std::string couples;        // non-empty when this op mixes samples across the batch
+  BatchReduction reduction = BatchReduction::None;
+  at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
+
+  bool lazy() const { return kind != NodeKind::Constant; }
+};
+
+// The description of one operator call: everything koila needs to know about the op in
+// one place. Each operator's entry point fills one in and hands it to build().
+// Shape and dtype come from running `run` on meta tensors, which computes nothing (see
+// meta_kernels.h for the ops LibTorch lacks meta kernels for).
+struct OpSpec {
+  const char* name = nullptr;
+  RunFn run = {};
+  // Where the batch goes; when empty, the elementwise (broadcasting) rule.
+  BatchRule batch = {};
+};
+
+NodePtr make_constant(at::Tensor value);
+NodePtr make_input(at::Tensor value, int64_t batch_dim);
+
+// Validates and builds an op: infers shape and dtype (failing with a message that names
+// the op and the shapes), tracks the batch, and computes the value at once when no input
+// is lazy. Optional inputs are NULL in `inputs` and reach `run` as undefined tensors.
+NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs);
+
+// A meta (shape-only) tensor for a Meta.
+at::Tensor meta_tensor(const Meta& meta);
+
+// Reads a Meta off a real or meta tensor (batch fields unset).
+Meta meta_of(const at::Tensor& t);
+
+std::string describe_inputs(const std::vector<NodePtr>& inputs);
+
+}  // namespace koila
+
+// The handle C callers hold.
+struct koila_tensor {
+  koila::NodePtr node;
+};
+
+namespace koila {
+
+koila_tensor* new_handle(NodePtr node);
+// The node behind a handle; fails when the handle is NULL. `what` names the argument.
+const NodePtr& node_of(const koila_tensor* t, const char* what);
+// The node behind an optional handle (NULL gives NULL).
+NodePtr optional_node(const koila_tensor* t);
+
+}  // namespace koila

@@ -1,0 +1,264 @@
+#include "meta_kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace koila {
+namespace {
+
+using Stack = std::vector<c10::IValue>;
+
+// Ints from an int[] or SymInt[] argument.
+std::vector<int64_t> ints(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const c10::IValue& e : v.toListRef()) {
+#if TORCH_VERSION_MAJOR >= 2
+    if (e.isSymInt()) {
+      out.push_back(e.toSymInt().expect_int());
+      continue;
+    }
+#endif
+    out.push_back(e.toInt());
+  }
+  return out;
+}
+
+int64_t int_arg(const c10::IValue& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (v.isSymInt()) return v.toSymInt().expect_int();
+#endif
+  return v.toInt();
+}
+
+at::Tensor optional_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
+
+at::Tensor meta_like(at::IntArrayRef shape, const at::Tensor& like) {
+  return at::empty(shape, like.options().device(at::kMeta));
+}
+
+// Replaces the top `n` stack entries by `results`.
+void finish(Stack* stack, size_t n, std::initializer_list<at::Tensor> results) {
+  stack->erase(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  for (const at::Tensor& r : results) stack->emplace_back(r);
+}
+
+c10::ArrayRef<c10::IValue> args(const Stack* stack, size_t n) {
+  return c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - n, n);
+}
+
+void same_shape_meta(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = args(stack, 1)[0].toTensor();
+  finish(stack, 1, {meta_like(self.sizes(), self)});
+}
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 9);
+  const at::Tensor input = a[0].toTensor(), weight = a[1].toTensor(), bias = optional_tensor(a[2]);
+  const auto stride = ints(a[3]), padding = ints(a[4]), dilation = ints(a[5]), output_padding = ints(a[7]);
+  const bool transposed = a[6].toBool();
+  const int64_t groups = int_arg(a[8]);
+  const int64_t dim = input.dim();
+  const int64_t spatial = dim - 2;
+  TORCH_CHECK(dim >= 3, "expected a batched input [N, C, ...] of rank 3 or more, but got input of size ",
+              input.sizes());
+  TORCH_CHECK(weight.dim() == dim, "expected weight to have rank ", dim, " like the input ", input.sizes(),
+              ", but got weight of size ", weight.sizes());
+  TORCH_CHECK(groups > 0, "non-positive groups is not supported");
+  auto expand = [spatial](std::vector<int64_t> v, const char* what) {
+    if (v.size() == 1 && spatial > 1) v.assign(static_cast<size_t>(spatial), v[0]);
+    TORCH_CHECK(static_cast<int64_t>(v.size()) == spatial, what, " must have ", spatial, " elements, got ",
+                v.size());
+    return v;
+  };
+  const auto s = expand(stride, "stride"), p = expand(padding, "padding"), d = expand(dilation, "dilation");
+  for (int64_t i = 0; i < spatial; ++i) {
+    TORCH_CHECK(s[i] > 0, "non-positive stride is not supported");
+    TORCH_CHECK(p[i] >= 0, "negative padding is not supported");
+    TORCH_CHECK(d[i] > 0, "dilation should be greater than zero");
+  }
+  TORCH_CHECK_TYPE(input.scalar_type() == weight.scalar_type(), "input type (", input.scalar_type(),
+                   ") and weight type (", weight.scalar_type(), ") should be the same");
+  int64_t out_channels;
+  if (!transposed) {
+    TORCH_CHECK(input.size(1) == weight.size(1) * groups, "Given groups=", groups, ", weight of size ",
+                weight.sizes(), ", expected input", input.sizes(), " to have ", weight.size(1) * groups,
+                " channels, but got ", input.size(1), " channels instead");
+    TORCH_CHECK(weight.size(0) % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ",
+                groups, " at dimension 0, but got weight of size ", weight.sizes(), " instead");
+    out_channels = weight.size(0);
+  } else {
+    TORCH_CHECK(input.size(1) == weight.size(0), "Given transposed=1, weight of size ", weight.sizes(),
+                ", expected input", input.sizes(), " to have ", weight.size(0), " channels, but got ",
+                input.size(1), " channels instead");
+    out_channels = weight.size(1) * groups;
+  }
+  if (bias.defined())
+    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, "Given weight of size ", weight.sizes(),
+                ", expected bias to be 1-dimensional with ", out_channels, " elements, but got bias of size ",
+                bias.sizes(), " instead");
+  std::vector<int64_t> out{input.size(0), out_channels};
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t in = input.size(i + 2), k = weight.size(i + 2);
+    int64_t o;
+    if (!transposed) {
+      const int64_t padded = in + 2 * p[i], effective = d[i] * (k - 1) + 1;
+      TORCH_CHECK(padded >= effective, "Calculated padded input size per channel: (", padded,
+                  "). Kernel size: (", effective, "). Kernel size can't be greater than actual input size");
+      o = (padded - effective) / s[i] + 1;
+    } else {
+      const int64_t op = output_padding.empty() ? 0 : output_padding[output_padding.size() == 1 ? 0 : i];
+      o = (in - 1) * s[i] - 2 * p[i] + d[i] * (k - 1) + op + 1;
+      TORCH_CHECK(o > 0, "Given input size ", input.sizes(), ", calculated output size is too small");
+    }
+    out.push_back(o);
+  }
+  finish(stack, 9, {meta_like(out, input)});
+}
+
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps)
+void native_batch_norm_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 8);
+  const at::Tensor input = a[0].toTensor();
+  const bool training = a[5].toBool();
+  TORCH_CHECK(input.dim() >= 2, "batch_norm expects an input of rank 2 or more, but got ", input.sizes());
+  const int64_t channels = input.size(1);
+  const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+  for (int i = 0; i < 4; ++i) {
+    const at::Tensor t = optional_tensor(a[1 + i]);
+    if (t.defined())
+      TORCH_CHECK(t.numel() == channels, "batch_norm: expected ", names[i], " to have ", channels,
+                  " elements (the size of input dim 1), but got ", t.sizes());
+  }
+  if (!training)
+    TORCH_CHECK(!a[3].isNone() && !a[4].isNone(), "running_mean and running_var must be defined in evaluation mode");
+  const int64_t stats = training ? channels : 0;
+  finish(stack, 8, {meta_like(input.sizes(), input), meta_like({stats}, input), meta_like({stats}, input)});
+}
+
+// index_select(self, dim, index)
+void index_select_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 3);
+  const at::Tensor self = a[0].toTensor(), index = a[2].toTensor();
+  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector, but got index of size ",
+              index.sizes());
+  TORCH_CHECK_TYPE(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+                   "index_select(): Expected dtype int32 or int64 for index, but got ", index.scalar_type());
+  std::vector<int64_t> out = self.sizes().vec();
+  if (self.dim() > 0) {
+    const int64_t dim = c10::maybe_wrap_dim(a[1].toInt(), self.dim());
+    out[dim] = index.numel();
+  }
+  finish(stack, 3, {meta_like(out, self)});
+}
+
+// where.self(condition, self, other)
+void where_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 3);
+  const at::Tensor cond = a[0].toTensor(), self = a[1].toTensor(), other = a[2].toTensor();
+  TORCH_CHECK_TYPE(cond.scalar_type() == at::kBool || cond.scalar_type() == at::kByte,
+                   "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+                   cond.scalar_type());
+  const auto shape = at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes());
+  finish(stack, 3, {at::empty(shape, self.options().device(at::kMeta).dtype(at::result_type(self, other)))});
+}
+
+// nll_loss2d_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight)
+void nll_loss2d_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 5);
+  const at::Tensor self = a[0].toTensor(), target = a[1].toTensor();
+  TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of size: ",
+              self.sizes());
+  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of size: ",
+              target.sizes());
+  TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
+              "size mismatch (got input: ", self.sizes(), " , target: ", target.sizes(), ")");
+  const int64_t reduction = a[3].toInt();
+  std::vector<int64_t> out;
+  if (reduction == at::Reduction::None) out = {self.size(0), self.size(2), self.size(3)};
+  finish(stack, 5, {meta_like(out, self), meta_like({}, self)});
+}
+
+// _adaptive_avg_pool2d(self, output_size)
+void adaptive_avg_pool2d_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 2);
+  const at::Tensor self = a[0].toTensor();
+  const auto size = ints(a[1]);
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",
+              self.sizes());
+  TORCH_CHECK(size.size() == 2, "adaptive_avg_pool2d: output_size must be 2");
+  std::vector<int64_t> out = self.sizes().vec();
+  out[out.size() - 2] = size[0];
+  out[out.size() - 1] = size[1];
+  finish(stack, 2, {meta_like(out, self)});
+}
+
+// logical_not.out(self, *, out): a bool result shaped like self.
+void logical_not_out_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 2);
+  const at::Tensor self = a[0].toTensor();
+  at::Tensor out = a[1].toTensor();
+  out.resize_(self.sizes());
+  finish(stack, 2, {out});
+}
+
+at::Tensor m(std::initializer_list<int64_t> shape, at::ScalarType type = at::kFloat) {
+  return at::empty(shape, at::TensorOptions().dtype(type).device(at::kMeta));
+}
+
+// Whether LibTorch can already run `probe` on meta tensors.
+bool runs_on_meta(const std::function<void()>& probe) {
+  try {
+    probe();
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+std::unique_ptr<torch::Library>& library() {
+  static std::unique_ptr<torch::Library> lib;
+  return lib;
+}
+
+template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
+void fill_in(const char* op, const std::function<void()>& probe) {
+  if (runs_on_meta(probe)) return;
+  if (!library())
+    library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
+                                                 __LINE__);
+  library()->impl(op, torch::CppFunction::makeFromBoxedFunction<Kernel>());
+}
+
+void register_all() {
+  fill_in<same_shape_meta>("relu", [] { at::relu(m({2})); });
+  fill_in<same_shape_meta>("abs", [] { at::abs(m({2})); });
+  fill_in<convolution_meta>("convolution", [] { at::conv1d(m({1, 1, 4}), m({1, 1, 2})); });
+  fill_in<native_batch_norm_meta>("native_batch_norm", [] {
+    at::native_batch_norm(m({2, 3}), m({3}), m({3}), m({3}), m({3}), false, 0.1, 1e-5);
+  });
+  fill_in<index_select_meta>("index_select", [] { at::index_select(m({3, 2}), 0, m({2}, at::kLong)); });
+  fill_in<where_meta>("where.self", [] { at::where(m({2}, at::kBool), m({2}), m({2})); });
+  fill_in<adaptive_avg_pool2d_meta>("_adaptive_avg_pool2d", [] { at::adaptive_avg_pool2d(m({1, 4, 4}), {2, 2}); });
+  fill_in<logical_not_out_meta>("logical_not.out", [] { at::logical_not(m({2}, at::kBool)); });
+  fill_in<nll_loss2d_meta>("nll_loss2d_forward", [] {
+    at::nll_loss2d(m({1, 2, 2, 2}), m({1, 2, 2}, at::kLong));
+  });
+}
+
+}  // namespace
+
+void ensure_meta_kernels() {
+  static std::once_flag once;
+  std::call_once(once, register_all);
+}
+
+}  // namespace koila

@@ -1,0 +1,12 @@
+// Shape-only (Meta) kernels for the ATen ops that LibTorch lacks them for (in 1.13: relu,
+// abs, convolution, native_batch_norm, index_select, where, nll_loss2d). Each is
+// registered only when a probe shows LibTorch cannot run the op on the meta device, so
+// newer LibTorch versions keep their own kernels.
+#pragma once
+
+namespace koila {
+
+// Idempotent and thread-safe; called before any inference.
+void ensure_meta_kernels();
+
+}  // namespace koila

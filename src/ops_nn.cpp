@@ -1,0 +1,297 @@
+// Neural-network operators: matmul, linear, convolution, pooling, normalization,
+// embedding and attention.
+#include <limits>
+
+#include "ops_common.h"
+
+using namespace koila;
+using batch::Metas;
+
+namespace {
+
+// torch.matmul's batch rule: contracted dims mix samples; leading dims broadcast.
+BatchResult matmul_batch(const Metas& in, const Meta& out) {
+  const int64_t out_rank = static_cast<int64_t>(out.shape.size());
+  int64_t pos = -1;
+  for (size_t i = 0; i < 2; ++i) {
+    const Meta& m = *in[i];
+    if (m.batch_dim < 0) continue;
+    const int64_t rank = static_cast<int64_t>(m.shape.size()), b = m.batch_dim;
+    const bool is_a = i == 0;
+    const int64_t contracted = is_a ? rank - 1 : (rank == 1 ? 0 : rank - 2);
+    if (b == contracted) return batch::couple("contracts the batch dim of operand " + std::to_string(i));
+    int64_t p;
+    if (is_a && b == rank - 2) {
+      p = in[1]->shape.size() == 1 ? out_rank - 1 : out_rank - 2;
+    } else if (!is_a && b == rank - 1) {
+      p = out_rank - 1;
+    } else {
+      p = b + out_rank - rank + (in[1 - i]->shape.size() == 1 ? 1 : 0);  // a leading (broadcast) dim
+      if (m.shape[b] != out.shape[p])
+        return batch::couple("operand " + std::to_string(i) + " broadcasts its batch dim");
+    }
+    if (pos >= 0 && pos != p) return batch::couple("operands carry their batch in different dims of the result");
+    pos = p;
+  }
+  BatchResult r;
+  r.batch_dim = pos;
+  if (pos >= 0 && pos < out_rank - 2) {
+    const std::string spanning = batch::unbatched_spanning(in, out_rank, pos);
+    if (!spanning.empty()) return batch::couple(spanning);
+  }
+  return r;
+}
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> out;
+  for (int64_t d = from; d < to; ++d) out.push_back(d);
+  return out;
+}
+
+// `n` ints from an optional C array, else `fallback` repeated.
+std::vector<int64_t> param(const int64_t* ptr, size_t n, int64_t fallback) {
+  return ptr ? std::vector<int64_t>(ptr, ptr + n) : std::vector<int64_t>(n, fallback);
+}
+
+koila_status* convolution(const char* name, koila_tensor** out, const koila_tensor* x, const koila_tensor* w,
+                          const koila_tensor* bias, const int64_t* stride, const int64_t* padding,
+                          const int64_t* dilation, int64_t groups, size_t spatial) {
+  return op_entry(name, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    const NodePtr& weight = node_of(w, "w");
+    require_floating(input, "x");
+    if (groups < 1) fail(KOILA_ERROR_INVALID_ARGUMENT, "groups must be positive, got " + std::to_string(groups));
+    const auto s = param(stride, spatial, 1), p = param(padding, spatial, 0), d = param(dilation, spatial, 1);
+    const int64_t rank = rank_of(input);
+    if (rank != static_cast<int64_t>(spatial) + 1 && rank != static_cast<int64_t>(spatial) + 2)
+      fail(KOILA_ERROR_SHAPE, "expected input of rank " + std::to_string(spatial + 1) + " or " +
+                                  std::to_string(spatial + 2) + ", got " + shape_string(input->meta.shape));
+    // Batched input [N, C, ...]: only N may carry the batch. Unbatched [C, ...]: none may.
+    const bool batched = rank == static_cast<int64_t>(spatial) + 2;
+    const bool two_d = spatial == 2;
+    return build({name,
+                  [s, p, d, groups, two_d](const Tensors& in, const Node&) {
+                    return two_d ? at::conv2d(in[0], in[1], in[2], s, p, d, groups)
+                                 : at::conv1d(in[0], in[1], in[2], s, p, d, groups);
+                  },
+                  batch::same_dims_except(range(batched ? 1 : 0, rank), "convolves")},
+                 {input, weight, optional_node(bias)});
+  });
+}
+
+koila_status* pool(const char* name, koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
+                   const int64_t* stride, const int64_t* padding, int ceil_mode, bool max) {
+  return op_entry(name, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    KOILA_REQUIRE_NOT_NULL(kernel);
+    require_flag(ceil_mode, "ceil_mode");
+    if (!max) require_floating(input, "x");
+    const std::vector<int64_t> k(kernel, kernel + 2);
+    const auto s = stride ? std::vector<int64_t>(stride, stride + 2) : k;
+    const auto p = param(padding, 2, 0);
+    const bool ceil = ceil_mode != 0;
+    const int64_t rank = rank_of(input);
+    if (rank != 3 && rank != 4)
+      fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+    return build({name,
+                  [k, s, p, ceil, max](const Tensors& in, const Node&) {
+                    return max ? at::max_pool2d(in[0], k, s, p, {1, 1}, ceil) : at::avg_pool2d(in[0], k, s, p, ceil);
+                  },
+                  batch::same_dims_except({rank - 2, rank - 1}, "pools")},
+                 {input});
+  });
+}
+
+// q [..., L, E] @ k [..., S, E]^T, masked, softmax, @ v [..., S, Ev]. Spelled out rather
+// than calling at::scaled_dot_product_attention, which LibTorch 1.13 lacks; the result is
+// the same on every version.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     bool causal) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+  if (causal) {
+    const at::Tensor keep = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
+    scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  if (mask.defined()) {
+    scores = mask.scalar_type() == at::kBool
+                 ? scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity())
+                 : scores.add(mask);
+  }
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+// Leading dims broadcast like an elementwise op; the last two (sequence and features) mix.
+BatchResult attention_batch(const Metas& in, const Meta& out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Meta* m = in[i];
+    if (m && m->batch_dim >= static_cast<int64_t>(m->shape.size()) - 2)
+      return batch::couple("attends along the batch dim of operand " + std::to_string(i));
+  }
+  return batch::elementwise(in, out);
+}
+
+}  // namespace
+
+extern "C" {
+
+KOILA_API koila_status* koila_matmul(koila_tensor** out, const koila_tensor* a, const koila_tensor* b) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& lhs = node_of(a, "a");
+    const NodePtr& rhs = node_of(b, "b");
+    if (rank_of(lhs) == 0 || rank_of(rhs) == 0)
+      fail(KOILA_ERROR_SHAPE, "both arguments to matmul need at least 1 dimension, got " +
+                                  shape_string(lhs->meta.shape) + " and " + shape_string(rhs->meta.shape));
+    return build({"koila_matmul", [](const Tensors& in, const Node&) { return at::matmul(in[0], in[1]); },
+                  matmul_batch},
+                 {lhs, rhs});
+  });
+}
+
+KOILA_API koila_status* koila_linear(koila_tensor** out, const koila_tensor* x, const koila_tensor* weight,
+                                     const koila_tensor* bias) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    const NodePtr& w = node_of(weight, "weight");
+    if (rank_of(input) == 0) fail(KOILA_ERROR_SHAPE, "linear needs an input of rank 1 or more, got a scalar");
+    if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
+    return build({"koila_linear", [](const Tensors& in, const Node&) { return at::linear(in[0], in[1], in[2]); },
+                  batch::same_dims_except({rank_of(input) - 1}, "contracts")},
+                 {input, w, optional_node(bias)});
+  });
+}
+
+KOILA_API koila_status* koila_conv1d(koila_tensor** out, const koila_tensor* x, const koila_tensor* w,
+                                     const koila_tensor* bias, const int64_t* stride, const int64_t* padding,
+                                     const int64_t* dilation, int64_t groups) {
+  return convolution(__func__, out, x, w, bias, stride, padding, dilation, groups, 1);
+}
+
+KOILA_API koila_status* koila_conv2d(koila_tensor** out, const koila_tensor* x, const koila_tensor* w,
+                                     const koila_tensor* bias, const int64_t* stride, const int64_t* padding,
+                                     const int64_t* dilation, int64_t groups) {
+  return convolution(__func__, out, x, w, bias, stride, padding, dilation, groups, 2);
+}
+
+KOILA_API koila_status* koila_max_pool2d(koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
+                                         const int64_t* stride, const int64_t* padding, int ceil_mode) {
+  return pool(__func__, out, x, kernel, stride, padding, ceil_mode, true);
+}
+
+KOILA_API koila_status* koila_avg_pool2d(koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
+                                         const int64_t* stride, const int64_t* padding, int ceil_mode) {
+  return pool(__func__, out, x, kernel, stride, padding, ceil_mode, false);
+}
+
+KOILA_API koila_status* koila_adaptive_avg_pool2d(koila_tensor** out, const koila_tensor* x,
+                                                  const int64_t* output_size) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    KOILA_REQUIRE_NOT_NULL(output_size);
+    require_floating(input, "x");
+    const int64_t rank = rank_of(input);
+    if (rank != 3 && rank != 4)
+      fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+    const std::vector<int64_t> size(output_size, output_size + 2);
+    for (int64_t s : size)
+      if (s <= 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "output_size must be positive, got " + shape_string(size));
+    return build({"koila_adaptive_avg_pool2d",
+                  [size](const Tensors& in, const Node&) { return at::adaptive_avg_pool2d(in[0], size); },
+                  batch::same_dims_except({rank - 2, rank - 1}, "pools")},
+                 {input});
+  });
+}
+
+KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor* x, const koila_tensor* weight,
+                                         const koila_tensor* bias, const koila_tensor* running_mean,
+                                         const koila_tensor* running_var, int training, double momentum,
+                                         double eps) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    require_floating(input, "x");
+    require_flag(training, "training");
+    if (rank_of(input) < 2)
+      fail(KOILA_ERROR_SHAPE, "batch_norm expects an input [N, C, ...] of rank 2 or more, got " +
+                                  shape_string(input->meta.shape));
+    if (!training && (!running_mean || !running_var))
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed when training is 0");
+    if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
+    const bool train = training != 0;
+    BatchRule rule = train ? BatchRule([](const Metas&, const Meta&) {
+      return batch::couple("batch_norm in training normalizes with statistics over the batch");
+    })
+                           : batch::same_dims_except({1}, "applies per-channel statistics");
+    return build({"koila_batch_norm",
+                  [train, momentum, eps](const Tensors& in, const Node&) {
+                    return at::batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
+                  },
+                  rule},
+                 {input, optional_node(weight), optional_node(bias), optional_node(running_mean),
+                  optional_node(running_var)});
+  });
+}
+
+KOILA_API koila_status* koila_layer_norm(koila_tensor** out, const koila_tensor* x, const int64_t* normalized_shape,
+                                         size_t n, const koila_tensor* weight, const koila_tensor* bias,
+                                         double eps) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    require_floating(input, "x");
+    const auto shape = checked_shape(normalized_shape, n, "normalized_shape");
+    if (n == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "normalized_shape must have at least one dim");
+    if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
+    const int64_t rank = rank_of(input);
+    const int64_t first = std::max<int64_t>(0, rank - static_cast<int64_t>(n));
+    return build({"koila_layer_norm",
+                  [shape, eps](const Tensors& in, const Node&) { return at::layer_norm(in[0], shape, in[1], in[2], eps); },
+                  batch::same_dims_except(range(first, rank), "normalizes")},
+                 {input, optional_node(weight), optional_node(bias)});
+  });
+}
+
+KOILA_API koila_status* koila_embedding(koila_tensor** out, const koila_tensor* weight, const koila_tensor* indices) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& w = node_of(weight, "weight");
+    const NodePtr& idx = node_of(indices, "indices");
+    if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "embedding needs a weight [num, dim], got " + shape_string(w->meta.shape));
+    if (idx->meta.dtype != at::kLong && idx->meta.dtype != at::kInt)
+      fail(KOILA_ERROR_DTYPE, std::string("indices must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
+    return build({"koila_embedding", [](const Tensors& in, const Node&) { return at::embedding(in[0], in[1]); },
+                  [](const Metas& in, const Meta&) {
+                    if (in[0]->batch_dim >= 0) return batch::couple("its weight is batched");
+                    BatchResult r;
+                    r.batch_dim = in[1]->batch_dim;
+                    return r;
+                  }},
+                 {w, idx});
+  });
+}
+
+KOILA_API koila_status* koila_scaled_dot_product_attention(koila_tensor** out, const koila_tensor* q,
+                                                           const koila_tensor* k, const koila_tensor* v,
+                                                           const koila_tensor* attn_mask, int is_causal) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& query = node_of(q, "q");
+    const NodePtr& key = node_of(k, "k");
+    const NodePtr& value = node_of(v, "v");
+    NodePtr mask = optional_node(attn_mask);
+    require_flag(is_causal, "is_causal");
+    for (const NodePtr* t : {&query, &key, &value}) {
+      require_floating(*t, "q, k and v");
+      if (rank_of(*t) < 2) fail(KOILA_ERROR_SHAPE, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
+    }
+    const int64_t e = query->meta.shape.back(), s = key->meta.shape[rank_of(key) - 2];
+    if (key->meta.shape.back() != e || value->meta.shape[rank_of(value) - 2] != s)
+      fail(KOILA_ERROR_SHAPE, "expected q [..., L, E], k [..., S, E], v [..., S, Ev], got " +
+                                  describe_inputs({query, key, value}));
+    if (mask && mask->meta.dtype != at::kBool && !at::isFloatingType(mask->meta.dtype))
+      fail(KOILA_ERROR_DTYPE, std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
+    const bool causal = is_causal != 0;
+    return build({"koila_scaled_dot_product_attention",
+                  [causal](const Tensors& in, const Node&) { return attention(in[0], in[1], in[2], in[3], causal); },
+                  attention_batch},
+                 {query, key, value, mask});
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,201 @@
+// Reductions and losses. A reduction over the batch dim ends the batch; the node records
+// how chunks combine (sum, mean, max, min) so the planner can split exactly.
+#include "ops_common.h"
+
+using namespace koila;
+using batch::Metas;
+
+namespace {
+
+using Reduce = at::Tensor (*)(const at::Tensor&, at::IntArrayRef, bool);
+
+koila_status* reduction(const char* name, koila_tensor** out, const koila_tensor* x, const int64_t* dims,
+                        size_t ndims, int keepdim, Reduce fn, BatchReduction combine, bool floating_only = false) {
+  return op_entry(name, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    if (floating_only) require_floating(input, "x");
+    require_flag(keepdim, "keepdim");
+    if (ndims > 0 && dims == nullptr)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'dims' is NULL but ndims is " + std::to_string(ndims));
+    const int64_t rank = rank_of(input);
+    std::vector<int64_t> d;
+    for (size_t i = 0; i < ndims; ++i) {
+      const int64_t n = normalize_dim(dims[i], rank, "dim");
+      if (std::find(d.begin(), d.end(), n) != d.end())
+        fail(KOILA_ERROR_INVALID_ARGUMENT, "dim " + std::to_string(dims[i]) + " appears more than once in dims");
+      d.push_back(n);
+    }
+    const bool keep = keepdim != 0;
+    return build({name, [fn, d, keep](const Tensors& in, const Node&) { return fn(in[0], d, keep); },
+                  batch::reduce(d, keep, combine)},
+                 {input});
+  });
+}
+
+at::Reduction::Reduction to_reduction(koila_reduction r) {
+  switch (r) {
+    case KOILA_REDUCTION_NONE: return at::Reduction::None;
+    case KOILA_REDUCTION_MEAN: return at::Reduction::Mean;
+    case KOILA_REDUCTION_SUM: return at::Reduction::Sum;
+  }
+  fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction " + std::to_string(static_cast<int>(r)));
+}
+
+// The batch through a loss. `class_dim` is the dim of input 0 that the unreduced loss drops
+// (-1: none); a target of input 0's rank keeps input 0's layout (class probabilities),
+// a target of one dim less is laid out like the unreduced loss (class indices).
+BatchRule loss_batch(int64_t class_dim, at::Reduction::Reduction r) {
+  return [class_dim, r](const Metas& in, const Meta& out) {
+    const Meta& x = *in[0];
+    const Meta& t = *in[1];
+    std::vector<int64_t> loss_shape = x.shape;
+    if (class_dim >= 0) loss_shape.erase(loss_shape.begin() + class_dim);
+    if (class_dim < 0) loss_shape = at::infer_size(x.shape, t.shape);
+    const int64_t loss_rank = static_cast<int64_t>(loss_shape.size());
+    auto position = [&](const Meta& m) -> int64_t {  // where m's batch is in the unreduced loss
+      const int64_t rank = static_cast<int64_t>(m.shape.size());
+      if (class_dim >= 0 && rank == static_cast<int64_t>(x.shape.size())) {
+        if (m.batch_dim == class_dim) return -2;
+        return m.batch_dim > class_dim ? m.batch_dim - 1 : m.batch_dim;
+      }
+      return m.batch_dim + loss_rank - rank;
+    };
+    int64_t pos = -1;
+    for (size_t i = 0; i < 2; ++i) {
+      const Meta& m = *in[i];
+      if (m.batch_dim < 0) continue;
+      const int64_t p = position(m);
+      if (p == -2) return batch::couple("mixes the classes along the batch dim");
+      if (p < 0 || loss_shape[p] != m.shape[m.batch_dim]) return batch::couple("broadcasts the batch dim");
+      if (pos >= 0 && pos != p) return batch::couple("input and target carry their batch in different dims");
+      pos = p;
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      const Meta& m = *in[i];
+      if (m.batch_dim >= 0) continue;
+      const int64_t rank = static_cast<int64_t>(m.shape.size());
+      int64_t q = pos - (loss_rank - rank);
+      if (class_dim >= 0 && rank == static_cast<int64_t>(x.shape.size())) q = pos >= class_dim ? pos + 1 : pos;
+      if (q >= 0 && q < rank && m.shape[q] != 1)
+        return batch::couple(std::string(i == 0 ? "the input" : "the target") + " of shape " +
+                             shape_string(m.shape) + " is not batched but spans the batch dim; wrap it with "
+                             "koila_lazy on the batch dim too");
+    }
+    BatchResult result;
+    if (r == at::Reduction::None) {
+      result.batch_dim = pos;
+      if (static_cast<int64_t>(out.shape.size()) != loss_rank) return batch::couple("changes the rank of the loss");
+    } else {
+      result.reduction = r == at::Reduction::Mean ? BatchReduction::Mean : BatchReduction::Sum;
+    }
+    return result;
+  };
+}
+
+using Loss = at::Tensor (*)(const at::Tensor&, const at::Tensor&, int64_t);
+
+koila_status* loss(const char* name, koila_tensor** out, const koila_tensor* input, const koila_tensor* target,
+                   koila_reduction r, Loss fn, bool has_classes) {
+  return op_entry(name, out, [&] {
+    const NodePtr& x = node_of(input, "input");
+    const NodePtr& t = node_of(target, "target");
+    const at::Reduction::Reduction reduction = to_reduction(r);
+    require_floating(x, "the input");
+    if (has_classes) {
+      if (rank_of(x) == 0) fail(KOILA_ERROR_SHAPE, "the input needs a class dim, got a scalar");
+      const bool indices = !at::isFloatingType(t->meta.dtype);
+      if (indices && t->meta.dtype != at::kLong)
+        fail(KOILA_ERROR_DTYPE, std::string("class-index targets must be KOILA_INT64, got ") + dtype_name(t->meta.dtype));
+    } else {
+      require_floating(t, "the target");
+      if (x->meta.shape != t->meta.shape)
+        fail(KOILA_ERROR_SHAPE, "input " + shape_string(x->meta.shape) + " and target " + shape_string(t->meta.shape) +
+                                    " must have the same shape");
+    }
+    const int64_t class_dim = has_classes ? (rank_of(x) == 1 ? 0 : 1) : -1;
+    const int64_t red = reduction;
+    return build({name, [fn, red](const Tensors& in, const Node&) { return fn(in[0], in[1], red); },
+                  loss_batch(class_dim, reduction)},
+                 {x, t});
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+KOILA_API koila_status* koila_sum(koila_tensor** out, const koila_tensor* x, const int64_t* dims, size_t ndims,
+                                  int keepdim) {
+  return reduction(__func__, out, x, dims, ndims, keepdim,
+                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::sum(t, d, k); }, BatchReduction::Sum);
+}
+
+KOILA_API koila_status* koila_mean(koila_tensor** out, const koila_tensor* x, const int64_t* dims, size_t ndims,
+                                   int keepdim) {
+  return reduction(__func__, out, x, dims, ndims, keepdim,
+                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::mean(t, d, k); }, BatchReduction::Mean,
+                   true);
+}
+
+KOILA_API koila_status* koila_amax(koila_tensor** out, const koila_tensor* x, const int64_t* dims, size_t ndims,
+                                   int keepdim) {
+  return reduction(__func__, out, x, dims, ndims, keepdim,
+                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amax(t, d, k); }, BatchReduction::Max);
+}
+
+KOILA_API koila_status* koila_amin(koila_tensor** out, const koila_tensor* x, const int64_t* dims, size_t ndims,
+                                   int keepdim) {
+  return reduction(__func__, out, x, dims, ndims, keepdim,
+                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amin(t, d, k); }, BatchReduction::Min);
+}
+
+KOILA_API koila_status* koila_argmax(koila_tensor** out, const koila_tensor* x, int64_t dim, int keepdim) {
+  return op_entry(__func__, out, [&] {
+    const NodePtr& input = node_of(x, "x");
+    require_flag(keepdim, "keepdim");
+    const int64_t d = normalize_dim(dim, rank_of(input), "dim");
+    const bool keep = keepdim != 0;
+    return build({"koila_argmax", [d, keep](const Tensors& in, const Node&) { return at::argmax(in[0], d, keep); },
+                  batch::reduce({d}, keep, BatchReduction::None)},
+                 {input});
+  });
+}
+
+KOILA_API koila_status* koila_cross_entropy(koila_tensor** out, const koila_tensor* logits, const koila_tensor* target,
+                                            koila_reduction r) {
+  return loss(__func__, out, logits, target, r,
+              [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
+                return at::cross_entropy_loss(x, t, {}, red, -100, 0.0);
+              },
+              true);
+}
+
+KOILA_API koila_status* koila_nll_loss(koila_tensor** out, const koila_tensor* log_probs, const koila_tensor* target,
+                                       koila_reduction r) {
+  return loss(__func__, out, log_probs, target, r,
+              [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::nll_loss_nd(x, t, {}, red, -100); },
+              true);
+}
+
+KOILA_API koila_status* koila_mse_loss(koila_tensor** out, const koila_tensor* a, const koila_tensor* b,
+                                       koila_reduction r) {
+  return loss(__func__, out, a, b, r,
+              [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::mse_loss(x, t, red); }, false);
+}
+
+KOILA_API koila_status* koila_l1_loss(koila_tensor** out, const koila_tensor* a, const koila_tensor* b,
+                                      koila_reduction r) {
+  return loss(__func__, out, a, b, r,
+              [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::l1_loss(x, t, red); }, false);
+}
+
+KOILA_API koila_status* koila_binary_cross_entropy_with_logits(koila_tensor** out, const koila_tensor* logits,
+                                                               const koila_tensor* target, koila_reduction r) {
+  return loss(__func__, out, logits, target, r,
+              [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
+                return at::binary_cross_entropy_with_logits(x, t, {}, {}, red);
+              },
+              false);
+}
+
+}  // extern "C"

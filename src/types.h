@@ -1,0 +1,39 @@
+// Conversions between the C API's plain values and LibTorch's types, with validation.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "koila.h"
+
+namespace koila {
+
+at::ScalarType to_scalar_type(koila_dtype dtype);  // KOILA_ERROR_DTYPE when unknown
+koila_dtype to_koila_dtype(at::ScalarType type);    // KOILA_ERROR_DTYPE when not in the API
+const char* dtype_name(at::ScalarType type);
+
+// Parses "cpu", "cuda", "cuda:N" and checks that the device is available.
+c10::Device parse_device(const char* device);
+
+// Validates a shape given as pointer + count (sizes >= 0, total bytes representable).
+std::vector<int64_t> checked_shape(const int64_t* shape, size_t ndim, const char* what);
+// Element count of a shape, failing on overflow.
+uint64_t checked_numel(const std::vector<int64_t>& shape);
+
+// Normalizes a dim of a tensor of rank `rank` (negative counts from the end).
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* what);
+
+// "[2, 3]"
+std::string shape_string(at::IntArrayRef shape);
+
+// An optional int array from the C API: empty when ptr is NULL, else exactly n entries.
+std::vector<int64_t> int_array(const int64_t* ptr, size_t n);
+
+// Refuses to allocate more than the machine could ever hold, before asking the allocator
+// (which on Linux may overcommit and let the process be killed later).
+void check_allocation(uint64_t bytes, const c10::Device& device);
+
+}  // namespace koila

@@ -1,0 +1,84 @@
+// Shared by the C++ suites: moving data between eager LibTorch and koila handles.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph.h"
+#include "koila.h"
+#include "types.h"
+
+namespace koila_test {
+
+// Marks an input as concrete (not wrapped with koila_lazy).
+constexpr int64_t kConcrete = INT64_MAX;
+
+struct TensorDeleter {
+  void operator()(koila_tensor* t) const { koila_tensor_free(t); }
+};
+using Handle = std::unique_ptr<koila_tensor, TensorDeleter>;
+
+// Expects success; on failure reports the status message.
+#define ASSERT_OK(expr)                                                        \
+  do {                                                                         \
+    koila_status* status_ = (expr);                                            \
+    std::string message_ = koila_status_message(status_);                      \
+    koila_status_free(status_);                                                \
+    ASSERT_EQ(status_, nullptr) << #expr << " failed: " << message_;           \
+  } while (0)
+
+inline koila_dtype to_dtype(at::ScalarType t) { return koila::to_koila_dtype(t); }
+inline at::ScalarType scalar_type_of(koila_dtype d) { return koila::to_scalar_type(d); }
+
+// A koila tensor holding a copy of `t`; lazy with `batch_dim` unless kConcrete.
+inline Handle from_aten(const at::Tensor& t, int64_t batch_dim = kConcrete) {
+  at::Tensor c = t.contiguous();
+  koila_tensor* out = nullptr;
+  koila_status* s = koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), to_dtype(c.scalar_type()),
+                                           c.sizes().data(), c.dim(), "cpu");
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  if (batch_dim == kConcrete) return Handle(out);
+  koila_tensor* lazy = nullptr;
+  s = koila_lazy(&lazy, out, batch_dim);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  koila_tensor_free(out);
+  return Handle(lazy);
+}
+
+inline std::vector<int64_t> shape_of(const koila_tensor* t) {
+  size_t ndim = 0;
+  koila_status_free(koila_tensor_shape(t, nullptr, 0, &ndim));
+  std::vector<int64_t> dims(ndim);
+  koila_status* s = koila_tensor_shape(t, dims.data(), dims.size(), &ndim);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  return dims;
+}
+
+// Reads a koila tensor's value into an eager tensor (evaluating it).
+inline at::Tensor to_aten(const koila_tensor* t) {
+  koila_dtype d;
+  koila_status_free(koila_tensor_dtype(t, &d));
+  at::Tensor out = at::empty(shape_of(t), at::TensorOptions().dtype(scalar_type_of(d)));
+  koila_status* s = koila_tensor_to_host(t, out.data_ptr(), out.numel() * out.element_size());
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  return out;
+}
+
+inline int64_t batch_dim_of(const koila_tensor* t) {
+  int64_t b = -2;
+  koila_status_free(koila_tensor_batch_dim(t, &b));
+  return b;
+}
+
+// The internal node, for what the C API does not show (coupling, reductions).
+inline const koila::Node& node(const koila_tensor* t) { return *t->node; }
+
+}  // namespace koila_test
