@@ -36,7 +36,8 @@ koila_code code_of(const c10::Error& e, const std::string& text,
       mentions(text, "can't allocate memory"))
     return KOILA_ERROR_OUT_OF_MEMORY;
   if (dynamic_cast<const c10::TypeError*>(&e) || mentions(text, "not implemented for '") ||
-      mentions(text, "dtype") || mentions(text, "scalar type"))
+      mentions(text, "dtype") || mentions(text, "scalar type") || mentions(text, "bool tensor") ||
+      mentions(text, "Boolean inputs"))
     return KOILA_ERROR_DTYPE;
   if (mentions(text, "CUDA") || mentions(text, "device"))
     return KOILA_ERROR_DEVICE;

@@ -1,6 +1,9 @@
 #include "graph.h"
 
+#include <algorithm>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "batch.h"
 #include "error.h"
@@ -76,6 +79,44 @@ c10::Device common_device(const std::vector<NodePtr>& inputs) {
   return first->meta.device;
 }
 
+std::vector<int64_t> probe_shape(size_t rank) {
+  std::vector<int64_t> shape(rank, 1);
+  for (size_t i = 0; i < std::min<size_t>(rank, 8); ++i) shape[i] = 2;
+  return shape;
+}
+
+// Runs the op once on small tensors of ones with the inputs' ranks, dtypes and device,
+// remembering the verdict for each combination. Sizes are 2 (in at most 8 dims), not 1:
+// some kernels skip their dtype dispatch when a reduced dim has size 1.
+void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const Node& self) {
+  std::string key = spec.name;
+  for (const NodePtr& in : inputs) {
+    key += '|';
+    if (in) key += std::string(dtype_name(in->meta.dtype)) + '/' + std::to_string(in->meta.shape.size());
+  }
+  key += '|' + inputs.front()->meta.device.str();
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> verdicts;  // empty: the kernel runs
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = verdicts.find(key);
+  if (found == verdicts.end()) {
+    Tensors ones;
+    for (const NodePtr& in : inputs)
+      ones.push_back(in ? at::ones(probe_shape(in->meta.shape.size()),
+                                   at::TensorOptions().dtype(in->meta.dtype).device(in->meta.device))
+                        : at::Tensor());
+    std::string verdict;
+    try {
+      at::NoGradGuard no_grad;
+      spec.run(ones, self);
+    } catch (const c10::Error& e) {
+      verdict = e.what_without_backtrace();
+    }
+    found = verdicts.emplace(key, verdict).first;
+  }
+  if (!found->second.empty()) fail(KOILA_ERROR_DTYPE, "inputs " + describe_inputs(inputs) + ": " + found->second);
+}
+
 }  // namespace
 
 NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
@@ -107,6 +148,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
     fail(KOILA_ERROR_SHAPE, "inputs " + describe_inputs(inputs) + ": " + e.what());
   }
   node->meta.device = device;
+  if (spec.probe_kernel && any_lazy) probe_kernel(spec, inputs, *node);
 
   if (any_batch) {
     BatchResult r = spec.batch ? spec.batch(metas, node->meta) : batch::elementwise(metas, node->meta);

@@ -70,6 +70,11 @@ struct OpSpec {
   RunFn run = {};
   // Where the batch goes; when empty, the elementwise (broadcasting) rule.
   BatchRule batch = {};
+  // Meta kernels check shapes, not whether a kernel exists for these dtypes on this device
+  // (Half on CPU, bool for abs, ...). Ops whose arguments stay valid for any sizes of the
+  // same rank set this, and build() runs them once per (op, dtypes, device) on tensors of
+  // ones, so that a missing kernel is a KOILA_ERROR_DTYPE from the building call.
+  bool probe_kernel = false;
 };
 
 NodePtr make_constant(at::Tensor value);

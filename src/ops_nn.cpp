@@ -85,7 +85,7 @@ koila_status* pool(const char* name, koila_tensor** out, const koila_tensor* x, 
     const NodePtr& input = node_of(x, "x");
     KOILA_REQUIRE_NOT_NULL(kernel);
     require_flag(ceil_mode, "ceil_mode");
-    if (!max) require_floating(input, "x");
+    require_floating(input, "x");
     const std::vector<int64_t> k(kernel, kernel + 2);
     const auto s = stride ? std::vector<int64_t>(stride, stride + 2) : k;
     const auto p = param(padding, 2, 0);

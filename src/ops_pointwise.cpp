@@ -15,14 +15,14 @@ using Unary = at::Tensor (*)(const at::Tensor&);
 koila_status* binary(const char* name, koila_tensor** out, const koila_tensor* a, const koila_tensor* b,
                      Binary fn) {
   return op_entry(name, out, [&] {
-    return build({name, [fn](const Tensors& in, const Node&) { return fn(in[0], in[1]); }},
+    return build({name, [fn](const Tensors& in, const Node&) { return fn(in[0], in[1]); }, {}, true},
                  {node_of(a, "a"), node_of(b, "b")});
   });
 }
 
 koila_status* with_scalar(const char* name, koila_tensor** out, const koila_tensor* a, double s, WithScalar fn) {
   return op_entry(name, out, [&] {
-    return build({name, [fn, s](const Tensors& in, const Node&) { return fn(in[0], s); }}, {node_of(a, "a")});
+    return build({name, [fn, s](const Tensors& in, const Node&) { return fn(in[0], s); }, {}, true}, {node_of(a, "a")});
   });
 }
 
@@ -31,7 +31,7 @@ koila_status* unary(const char* name, koila_tensor** out, const koila_tensor* x,
   return op_entry(name, out, [&] {
     const NodePtr& input = node_of(x, "x");
     if (floating_only) require_floating(input, "x");
-    return build({name, [fn](const Tensors& in, const Node&) { return fn(in[0]); }}, {input});
+    return build({name, [fn](const Tensors& in, const Node&) { return fn(in[0]); }, {}, true}, {input});
   });
 }
 
@@ -43,7 +43,7 @@ koila_status* along_dim(const char* name, koila_tensor** out, const koila_tensor
     require_floating(input, "x");
     const int64_t d = normalize_dim(dim, rank_of(input), "dim");
     return build({name, [fn, d](const Tensors& in, const Node&) { return fn(in[0], d); },
-                  batch::same_dims_except({d}, "normalizes")},
+                  batch::same_dims_except({d}, "normalizes"), true},
                  {input});
   });
 }
@@ -105,7 +105,8 @@ KOILA_API koila_status* koila_leaky_relu(koila_tensor** out, const koila_tensor*
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
     require_floating(input, "x");
-    return build({"koila_leaky_relu", [slope](const Tensors& in, const Node&) { return at::leaky_relu(in[0], slope); }},
+    return build({"koila_leaky_relu", [slope](const Tensors& in, const Node&) { return at::leaky_relu(in[0], slope); },
+                  {}, true},
                  {input});
   });
 }
@@ -113,7 +114,7 @@ KOILA_API koila_status* koila_leaky_relu(koila_tensor** out, const koila_tensor*
 KOILA_API koila_status* koila_clamp(koila_tensor** out, const koila_tensor* x, double lo, double hi) {
   return op_entry(__func__, out, [&] {
     if (std::isnan(lo) || std::isnan(hi)) fail(KOILA_ERROR_INVALID_ARGUMENT, "lo and hi must not be NaN");
-    return build({"koila_clamp", [lo, hi](const Tensors& in, const Node&) { return at::clamp(in[0], lo, hi); }},
+    return build({"koila_clamp", [lo, hi](const Tensors& in, const Node&) { return at::clamp(in[0], lo, hi); }, {}, true},
                  {node_of(x, "x")});
   });
 }
@@ -134,7 +135,7 @@ KOILA_API koila_status* koila_dropout(koila_tensor** out, const koila_tensor* x,
     if (!(p >= 0.0 && p <= 1.0))
       fail(KOILA_ERROR_INVALID_ARGUMENT, "dropout probability must be between 0 and 1, got " + std::to_string(p));
     const bool on = train != 0;
-    return build({"koila_dropout", [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); }},
+    return build({"koila_dropout", [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); }, {}, true},
                  {input});
   });
 }

@@ -27,7 +27,7 @@ koila_status* reduction(const char* name, koila_tensor** out, const koila_tensor
     }
     const bool keep = keepdim != 0;
     return build({name, [fn, d, keep](const Tensors& in, const Node&) { return fn(in[0], d, keep); },
-                  batch::reduce(d, keep, combine)},
+                  batch::reduce(d, keep, combine), true},
                  {input});
   });
 }
@@ -156,7 +156,7 @@ KOILA_API koila_status* koila_argmax(koila_tensor** out, const koila_tensor* x, 
     const int64_t d = normalize_dim(dim, rank_of(input), "dim");
     const bool keep = keepdim != 0;
     return build({"koila_argmax", [d, keep](const Tensors& in, const Node&) { return at::argmax(in[0], d, keep); },
-                  batch::reduce({d}, keep, BatchReduction::None)},
+                  batch::reduce({d}, keep, BatchReduction::None), true},
                  {input});
   });
 }
