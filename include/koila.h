@@ -172,6 +172,53 @@ KOILA_API koila_status *koila_tensor_grad(koila_tensor **out, const koila_tensor
 KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 
 /* ------------------------------------------------------------------------------------ */
+/* Memory: budget, measurement, plan                                                      */
+/*                                                                                        */
+/* Reads and koila_backward plan before they run: they estimate the peak memory of the    */
+/* work (parameters, gradients, inputs, activations kept for backward, temporaries, each  */
+/* freed at its last use), and when the whole batch does not fit the device's budget they */
+/* run it in chunks of the largest power of two of samples that fits. Results and         */
+/* gradients equal the unsplit ones (up to floating-point summation order).               */
+/* ------------------------------------------------------------------------------------ */
+
+/* Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in
+   use plus the device's free memory (for CPU what the kernel reports available, within
+   any cgroup limit; for CUDA what the driver reports free plus what the caching allocator
+   holds unused), less a tenth of that free memory as a safety margin. Thread-safe. */
+KOILA_API koila_status *koila_set_memory_budget(const char *device, uint64_t bytes);
+/* The budget in force (the automatic one resolved now). */
+KOILA_API koila_status *koila_memory_budget(const char *device, uint64_t *out);
+
+/* Bytes held by tensors on the device now and the most held at once since the last
+   reset. CPU allocations are counted by koila's tracking allocator (installed when the
+   library loads); CUDA figures come from LibTorch's caching allocator. Either pointer
+   may be NULL. */
+KOILA_API koila_status *koila_memory_stats(const char *device, uint64_t *current, uint64_t *peak);
+KOILA_API koila_status *koila_memory_reset_peak(const char *device);
+
+/* What evaluating t (KOILA_MODE_FORWARD) or a backward from t (KOILA_MODE_TRAINING)
+   would do now, without running it. Fails as the run would: KOILA_ERROR_OUT_OF_MEMORY
+   when not even a chunk of one sample fits, KOILA_ERROR_NOT_SPLITTABLE (naming the op)
+   when the graph mixes samples across the batch and does not fit unsplit; the message
+   is the plan's description. */
+KOILA_API koila_status *koila_plan_new(koila_plan **out, const koila_tensor *t, koila_mode mode);
+/* -1 when t has no lazy batch. */
+KOILA_API int64_t koila_plan_batch_size(const koila_plan *p);
+/* The largest chunk: a power of two, or the whole batch when it fits (-1: no batch). */
+KOILA_API int64_t koila_plan_chunk_size(const koila_plan *p);
+/* 1 when the whole batch runs at once. */
+KOILA_API int64_t koila_plan_num_chunks(const koila_plan *p);
+/* Estimated peak bytes on the device during the planned run, usage before it included. */
+KOILA_API uint64_t koila_plan_peak_bytes(const koila_plan *p);
+/* Estimated peak bytes if the batch ran unsplit. */
+KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan *p);
+KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
+/* A human-readable account: batch, chunk, chunks, estimated peak, budget, and why (e.g.
+   which op prevents splitting). Text conventions as koila_tensor_to_string. */
+KOILA_API koila_status *koila_plan_describe(const koila_plan *p, char *buf, size_t capacity, size_t *needed);
+KOILA_API void koila_plan_free(koila_plan *p);
+
+/* ------------------------------------------------------------------------------------ */
 /* Operators                                                                              */
 /*                                                                                        */
 /* All return a new tensor through `out`; the result is lazy when any input is lazy, else */

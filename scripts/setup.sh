@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what koila needs to build and test on Debian 12 (idempotent; skips what is there).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig)
+# libopenblas0-pthread: LibTorch on Debian otherwise runs its matrix products on the
+# reference BLAS, some 30 times slower (tests and benchmarks would crawl).
+packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

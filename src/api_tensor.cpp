@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "error.h"
-#include "executor.h"
+#include "planner.h"
 #include "graph.h"
 #include "types.h"
 
@@ -35,20 +35,7 @@ koila_status* make_filled(const char* where, koila_tensor** out, const int64_t* 
 }
 
 // The value of t, evaluated without recording gradients.
-at::Tensor value_of(const NodePtr& node) {
-  if (!node->lazy()) return node->value;
-  return evaluate(node);
-}
-
-void write_text(const std::string& text, char* buf, size_t capacity, size_t* needed) {
-  if (capacity > 0 && buf == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
-  if (needed) *needed = text.size() + 1;
-  if (capacity == 0) return;
-  const size_t n = std::min(capacity - 1, text.size());
-  std::memcpy(buf, text.data(), n);
-  buf[n] = '\0';
-}
+at::Tensor value_of(const NodePtr& node) { return run_forward(node); }
 
 }  // namespace
 
@@ -208,7 +195,7 @@ KOILA_API koila_status* koila_eval(koila_tensor** out, const koila_tensor* t) {
     KOILA_REQUIRE_NOT_NULL(out);
     *out = nullptr;
     const NodePtr& node = node_of(t, "t");
-    set_out(out, node->lazy() ? make_constant(evaluate(node)) : node);
+    set_out(out, node->lazy() ? make_constant(run_forward(node)) : node);
   });
 }
 
@@ -229,7 +216,7 @@ KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag
 }
 
 KOILA_API koila_status* koila_backward(const koila_tensor* loss) {
-  return guard(__func__, [&] { backward(node_of(loss, "loss")); });
+  return guard(__func__, [&] { run_backward(node_of(loss, "loss")); });
 }
 
 KOILA_API koila_status* koila_tensor_grad(koila_tensor** out, const koila_tensor* t) {

@@ -5,32 +5,36 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "error.h"
 #include "types.h"
 
 namespace koila {
-namespace {
 
-// Nodes reachable from root, each after its inputs.
-std::vector<const Node*> topological_order(const Node* root) {
+std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
+                                           const std::unordered_map<const Node*, at::Tensor>* given_values) {
   std::vector<const Node*> order;
   std::unordered_set<const Node*> done;
-  std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
-  while (!stack.empty()) {
-    auto& [node, next] = stack.back();
-    if (next < node->inputs.size()) {
-      const Node* in = node->inputs[next++].get();
-      if (in && !done.count(in)) stack.emplace_back(in, 0);
-      continue;
+  for (const Node* root : roots) {
+    if (!root || done.count(root)) continue;
+    std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      const bool given = given_values && given_values->count(node);
+      if (!given && next < node->inputs.size()) {
+        const Node* in = node->inputs[next++].get();
+        if (in && !done.count(in)) stack.emplace_back(in, 0);
+        continue;
+      }
+      if (done.insert(node).second) order.push_back(node);
+      stack.pop_back();
     }
-    if (done.insert(node).second) order.push_back(node);
-    stack.pop_back();
   }
   return order;
 }
+
+namespace {
 
 std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options) {
   std::vector<int64_t> shape = meta.shape;
@@ -40,15 +44,18 @@ std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options
 
 }  // namespace
 
-at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
+Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options) {
   c10::AutoGradMode grad_mode(options.grad);
-  const std::vector<const Node*> order = topological_order(root.get());
+  const std::vector<const Node*> order = topological_order(roots, options.given);
   std::unordered_map<const Node*, size_t> position;
   std::vector<size_t> uses(order.size(), 0);
   for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
+  auto is_given = [&](const Node* node) { return options.given && options.given->count(node); };
   for (const Node* node : order)
-    for (const NodePtr& in : node->inputs)
-      if (in) ++uses[position.at(in.get())];
+    if (!is_given(node))
+      for (const NodePtr& in : node->inputs)
+        if (in) ++uses[position.at(in.get())];
+  for (const Node* root : roots) ++uses[position.at(root)];  // roots are kept
 
   std::vector<at::Tensor> values(order.size());
   Tensors args;
@@ -56,8 +63,12 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
   EvalStats stats;
   for (size_t i = 0; i < order.size(); ++i) {
     const Node& node = *order[i];
+    if (is_given(&node)) {
+      values[i] = options.given->at(&node);
+      continue;
+    }
     if (node.kind != NodeKind::Op) {
-      values[i] = node.value;
+      values[i] = options.leaf ? options.leaf(node) : node.value;
       if (options.chunk_length >= 0 && node.meta.batch_dim >= 0)
         values[i] = values[i].narrow(node.meta.batch_dim, options.chunk_start, options.chunk_length);
       continue;
@@ -69,6 +80,7 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
     } catch (const c10::Error&) {
       rethrow_torch_error(node.op + " (inputs " + describe_inputs(node.inputs) + ")", KOILA_ERROR_INVALID_ARGUMENT);
     }
+    if (options.observe) options.observe(node, args, values[i]);
     args.clear();
     ++stats.ops_run;
     stats.peak_live_values = std::max(stats.peak_live_values, ++live);
@@ -79,33 +91,50 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
     for (const NodePtr& in : node.inputs) {
       if (!in) continue;
       const size_t p = position.at(in.get());
-      if (--uses[p] == 0 && p + 1 != order.size()) {
-        if (order[p]->kind == NodeKind::Op) --live;
+      if (--uses[p] == 0) {
+        if (order[p]->kind == NodeKind::Op && !is_given(order[p])) --live;
         values[p] = at::Tensor();
       }
     }
   }
   if (options.stats) *options.stats = stats;
-  return values.back();
+  Tensors results;
+  results.reserve(roots.size());
+  for (const Node* root : roots) results.push_back(values[position.at(root)]);
+  return results;
 }
 
-namespace {
+Tensors evaluate(const std::vector<NodePtr>& roots, const EvalOptions& options) {
+  std::vector<const Node*> raw;
+  for (const NodePtr& root : roots) raw.push_back(root.get());
+  return evaluate(raw, options);
+}
 
-// The leaves (AccumulateGrad variables) the autograd graph of `value` reaches.
-std::vector<at::Tensor> autograd_leaves(const at::Tensor& value) {
-  std::vector<at::Tensor> leaves;
-  if (value.is_leaf()) {
-    if (value.requires_grad()) leaves.push_back(value);
-    return leaves;
-  }
+at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
+  return evaluate(std::vector<const Node*>{root.get()}, options)[0];
+}
+
+Tensors autograd_leaves(const Tensors& outputs) {
+  Tensors leaves;
+  std::unordered_set<const void*> seen_leaves;
   std::unordered_set<const torch::autograd::Node*> seen;
-  std::vector<std::shared_ptr<torch::autograd::Node>> stack{value.grad_fn()};
+  std::vector<std::shared_ptr<torch::autograd::Node>> stack;
+  auto add_leaf = [&](const at::Tensor& t) {
+    if (seen_leaves.insert(t.unsafeGetTensorImpl()).second) leaves.push_back(t);
+  };
+  for (const at::Tensor& value : outputs) {
+    if (!value.defined() || !value.requires_grad()) continue;
+    if (value.is_leaf())
+      add_leaf(value);
+    else
+      stack.push_back(value.grad_fn());
+  }
   while (!stack.empty()) {
     auto fn = std::move(stack.back());
     stack.pop_back();
     if (!fn || !seen.insert(fn.get()).second) continue;
     if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn.get())) {
-      leaves.push_back(acc->variable);
+      add_leaf(acc->variable);
       continue;
     }
     for (const auto& edge : fn->next_edges()) stack.push_back(edge.function);
@@ -113,29 +142,23 @@ std::vector<at::Tensor> autograd_leaves(const at::Tensor& value) {
   return leaves;
 }
 
-}  // namespace
+Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves) {
+  Tensors outs, gos;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
+    outs.push_back(outputs[i]);
+    gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
+  }
+  if (outs.empty() || leaves.empty()) return Tensors(leaves.size());
+  return torch::autograd::grad(outs, leaves, gos, /*retain_graph=*/false, /*create_graph=*/false,
+                               /*allow_unused=*/true);
+}
 
-void backward(const NodePtr& loss) {
-  uint64_t numel = checked_numel(loss->meta.shape);
-  if (numel != 1)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss must have exactly one element, but has shape " +
-                                           shape_string(loss->meta.shape));
-  if (!at::isFloatingType(loss->meta.dtype))
-    fail(KOILA_ERROR_DTYPE, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
-
-  at::Tensor value = loss->lazy() ? evaluate(loss, EvalOptions{true}) : loss->value;
-  std::vector<at::Tensor> leaves = value.requires_grad() ? autograd_leaves(value) : std::vector<at::Tensor>{};
-  if (leaves.empty())
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
-                                       "(see koila_tensor_set_requires_grad)");
-  // Computed first, committed after: a failure leaves every .grad as it was.
-  torch::autograd::variable_list grads =
-      torch::autograd::grad({value}, leaves, /*grad_outputs=*/{}, /*retain_graph=*/false, /*create_graph=*/false,
-                            /*allow_unused=*/true);
+void commit_gradients(const Tensors& leaves, const Tensors& grads) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (!grads[i].defined()) continue;
-    at::Tensor& grad = leaves[i].mutable_grad();
+    at::Tensor& grad = const_cast<at::Tensor&>(leaves[i]).mutable_grad();
     if (grad.defined())
       grad.add_(grads[i]);
     else

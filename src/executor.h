@@ -1,7 +1,11 @@
-// Running a graph: evaluation of a lazy tensor and backward from a lazy loss.
+// Running a graph: evaluating lazy tensors (whole or one chunk of the batch) and the
+// autograd pieces the planner assembles into a backward pass.
 #pragma once
 
 #include <ATen/ATen.h>
+
+#include <functional>
+#include <unordered_map>
 
 #include "graph.h"
 
@@ -14,18 +18,40 @@ struct EvalStats {
 };
 
 struct EvalOptions {
-  bool grad = false;         // record autograd (for backward)
-  int64_t chunk_start = 0;   // with chunk_length >= 0: evaluate only these samples of the batch
+  bool grad = false;           // record autograd (for backward)
+  int64_t chunk_start = 0;     // with chunk_length >= 0: evaluate only these samples of the batch
   int64_t chunk_length = -1;
   EvalStats* stats = nullptr;  // filled in when given
+  // Values to use for these nodes instead of computing them (their inputs are not visited).
+  const std::unordered_map<const Node*, at::Tensor>* given = nullptr;
+  // The value of a Constant or Input node before any narrowing (default: the node's tensor).
+  // The planner's simulation passes meta stand-ins here.
+  std::function<at::Tensor(const Node&)> leaf;
+  // Called after each op with the arguments it ran on and its result.
+  std::function<void(const Node&, const Tensors& args, const at::Tensor& value)> observe;
 };
 
-// Evaluates `root` against the current values of its inputs. Each intermediate is released
-// as soon as its last user has run.
+// The nodes `roots` depend on, each after its inputs (and the roots themselves); nodes in
+// `given` count as leaves.
+std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
+                                           const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
+
+// Evaluates `roots` against the current values of their inputs. Each intermediate is released
+// as soon as its last user has run; the roots are kept.
+Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options);
+Tensors evaluate(const std::vector<NodePtr>& roots, const EvalOptions& options);
 at::Tensor evaluate(const NodePtr& root, const EvalOptions& options = {});
 
-// Backward from a one-element loss: gradients add into the .grad of every leaf that
-// requires grad, only once all of them have been computed.
-void backward(const NodePtr& loss);
+// The tensors whose .grad a backward from `outputs` would fill (AccumulateGrad leaves,
+// also those behind concrete non-leaf tensors).
+Tensors autograd_leaves(const Tensors& outputs);
+
+// d(sum of outputs[i] * grad_outputs[i]) / d leaves; undefined where a leaf is unused.
+// An empty grad_outputs means ones.
+Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves);
+
+// Adds grads into the leaves' .grad (setting it when there is none). Never fails halfway
+// for valid input: call it only once every gradient has been computed.
+void commit_gradients(const Tensors& leaves, const Tensors& grads);
 
 }  // namespace koila

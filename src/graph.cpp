@@ -158,6 +158,9 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
     node->meta.from_batch = true;
     node->couples = std::move(r.couples);
     node->reduction = r.reduction;
+    if (r.reduction == BatchReduction::Mean)
+      node->mean_count = spec.mean_count ? spec.mean_count
+                                         : [](const Tensors& args) { return static_cast<double>(args[0].numel()); };
   }
 
   if (any_lazy) return node;

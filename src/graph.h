@@ -16,6 +16,7 @@
 namespace koila {
 
 struct Node;
+struct PlanCache;  // the planner's memo of estimates for a graph (planner.cpp)
 using NodePtr = std::shared_ptr<const Node>;
 using Tensors = std::vector<at::Tensor>;
 
@@ -41,6 +42,10 @@ struct BatchResult {
 
 using RunFn = std::function<at::Tensor(const Tensors& inputs, const Node& self)>;
 using BatchRule = std::function<BatchResult(const std::vector<const Meta*>& in, const Meta& out)>;
+// For an op that averages over the batch: how many elements one evaluation averaged over,
+// from the arguments it ran on (e.g. the targets that are not ignored). Chunks of a mean
+// combine weighted by it.
+using CountFn = std::function<double(const Tensors& args)>;
 
 enum class NodeKind {
   Constant,  // a concrete tensor (parameters, data, results of eager ops)
@@ -56,7 +61,9 @@ struct Node {
   Meta meta;
   std::string couples;        // non-empty when this op mixes samples across the batch
   BatchReduction reduction = BatchReduction::None;
+  CountFn mean_count;         // set when reduction is Mean
   at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
+  mutable std::shared_ptr<PlanCache> plan_cache;  // owned by the planner, set when planned
 
   bool lazy() const { return kind != NodeKind::Constant; }
 };
@@ -75,6 +82,8 @@ struct OpSpec {
   // same rank set this, and build() runs them once per (op, dtypes, device) on tensors of
   // ones, so that a missing kernel is a KOILA_ERROR_DTYPE from the building call.
   bool probe_kernel = false;
+  // For ops that can average over the batch (see CountFn); default: all elements of input 0.
+  CountFn mean_count = {};
 };
 
 NodePtr make_constant(at::Tensor value);

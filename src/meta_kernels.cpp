@@ -1,6 +1,7 @@
 #include "meta_kernels.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
@@ -210,6 +211,90 @@ void logical_not_out_meta(const c10::OperatorHandle&, Stack* stack) {
   finish(stack, 2, {out});
 }
 
+
+// Backward kernels (and native_layer_norm, which LibTorch 1.13 only decomposes on meta):
+// what they allocate on a real device, so that the planner's simulation of a backward
+// pass on meta tensors follows the same tensors.
+
+std::vector<bool> mask_of(const c10::IValue& v) {
+  std::vector<bool> mask;
+  for (const c10::IValue& e : v.toListRef()) mask.push_back(e.toBool());
+  return mask;
+}
+
+at::Tensor if_set(bool set, const at::Tensor& like) { return set && like.defined() ? meta_like(like.sizes(), like) : at::Tensor(); }
+
+template <size_t N, size_t I>
+void like_arg_meta(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor like = args(stack, N)[I].toTensor();
+  finish(stack, N, {meta_like(like.sizes(), like)});
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+//                      transposed, output_padding, groups, output_mask[3])
+void convolution_backward_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 11);
+  const at::Tensor input = a[1].toTensor(), weight = a[2].toTensor();
+  const auto mask = mask_of(a[10]);
+  const bool transposed = a[7].toBool();
+  const int64_t groups = int_arg(a[9]);
+  at::Tensor bias;
+  if (mask[2]) bias = meta_like({transposed ? weight.size(1) * groups : weight.size(0)}, weight);
+  at::Tensor gi = if_set(mask[0], input), gw = if_set(mask[1], weight);
+  finish(stack, 11, {gi, gw, bias});
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+//                            save_invstd?, train, eps, output_mask[3])
+void native_batch_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 10);
+  const at::Tensor input = a[1].toTensor();
+  const auto mask = mask_of(a[9]);
+  const int64_t channels = input.dim() > 1 ? input.size(1) : 1;
+  at::Tensor gi = if_set(mask[0], input);
+  at::Tensor gw = mask[1] ? meta_like({channels}, input) : at::Tensor();
+  at::Tensor gb = mask[2] ? meta_like({channels}, input) : at::Tensor();
+  finish(stack, 10, {gi, gw, gb});
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+void native_layer_norm_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 5);
+  const at::Tensor input = a[0].toTensor(), weight = optional_tensor(a[2]), bias = optional_tensor(a[3]);
+  const auto normalized = ints(a[1]);
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized.size());
+  TORCH_CHECK(!normalized.empty(), "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+              "least one element, but got normalized_shape = ", at::IntArrayRef(normalized));
+  TORCH_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)).equals(normalized),
+              "Given normalized_shape=", at::IntArrayRef(normalized), ", expected input with shape [*, ",
+              at::IntArrayRef(normalized), "], but got input of size", input.sizes());
+  TORCH_CHECK(!weight.defined() || weight.sizes().equals(normalized), "Expected weight to be of same shape as "
+              "normalized_shape, but got weight of shape ", weight.sizes(), " and normalized_shape = ",
+              at::IntArrayRef(normalized));
+  TORCH_CHECK(!bias.defined() || bias.sizes().equals(normalized), "Expected bias to be of same shape as "
+              "normalized_shape, but got bias of shape ", bias.sizes(), " and normalized_shape = ",
+              at::IntArrayRef(normalized));
+  std::vector<int64_t> stats = input.sizes().vec();
+  for (size_t d = static_cast<size_t>(axis); d < stats.size(); ++d) stats[d] = 1;
+  finish(stack, 5, {meta_like(input.sizes(), input), meta_like(stats, input), meta_like(stats, input)});
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask[3])
+void native_layer_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 8);
+  const at::Tensor input = a[1].toTensor(), weight = optional_tensor(a[5]), bias = optional_tensor(a[6]);
+  const auto mask = mask_of(a[7]);
+  at::Tensor gi = if_set(mask[0], input), gw = if_set(mask[1], weight), gb = if_set(mask[2], bias);
+  finish(stack, 8, {gi, gw, gb});
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+void embedding_dense_backward_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 5);
+  const at::Tensor grad = a[0].toTensor();
+  finish(stack, 5, {meta_like({int_arg(a[2]), grad.size(-1)}, grad)});
+}
+
 at::Tensor m(std::initializer_list<int64_t> shape, at::ScalarType type = at::kFloat) {
   return at::empty(shape, at::TensorOptions().dtype(type).device(at::kMeta));
 }
@@ -238,6 +323,17 @@ void fill_in(const char* op, const std::function<void()>& probe) {
   library()->impl(op, torch::CppFunction::makeFromBoxedFunction<Kernel>());
 }
 
+// Registers `Kernel` for an op that has no kernel of its own for the Meta key.
+template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
+void fill_in_missing(const char* name, const char* overload = "") {
+  auto op = c10::Dispatcher::singleton().findSchema({std::string("aten::") + name, overload});
+  if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) return;
+  if (!library())
+    library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
+                                                 __LINE__);
+  library()->impl(name, torch::CppFunction::makeFromBoxedFunction<Kernel>());
+}
+
 void register_all() {
   fill_in<same_shape_meta>("relu", [] { at::relu(m({2})); });
   fill_in<same_shape_meta>("abs", [] { at::abs(m({2})); });
@@ -252,6 +348,16 @@ void register_all() {
   fill_in<nll_loss2d_meta>("nll_loss2d_forward", [] {
     at::nll_loss2d(m({1, 2, 2, 2}), m({1, 2, 2}, at::kLong));
   });
+  fill_in_missing<native_layer_norm_meta>("native_layer_norm");
+  fill_in_missing<native_layer_norm_backward_meta>("native_layer_norm_backward");
+  fill_in_missing<convolution_backward_meta>("convolution_backward");
+  fill_in_missing<native_batch_norm_backward_meta>("native_batch_norm_backward");
+  fill_in_missing<embedding_dense_backward_meta>("embedding_dense_backward");
+  fill_in_missing<like_arg_meta<2, 1>>("_adaptive_avg_pool2d_backward");
+  fill_in_missing<like_arg_meta<7, 1>>("nll_loss2d_backward");
+  fill_in_missing<like_arg_meta<4, 1>>("mse_loss_backward");
+  fill_in_missing<like_arg_meta<3, 0>>("threshold_backward");
+  fill_in_missing<like_arg_meta<8, 1>>("max_pool2d_with_indices_backward");
 }
 
 }  // namespace

@@ -26,8 +26,15 @@ koila_status* reduction(const char* name, koila_tensor** out, const koila_tensor
       d.push_back(n);
     }
     const bool keep = keepdim != 0;
+    // A mean averages over the reduced dims: that many elements per result element.
+    CountFn count = [d](const Tensors& args) {
+      double n = 1;
+      if (d.empty()) return static_cast<double>(args[0].numel());
+      for (int64_t dim : d) n *= static_cast<double>(args[0].size(dim));
+      return n;
+    };
     return build({name, [fn, d, keep](const Tensors& in, const Node&) { return fn(in[0], d, keep); },
-                  batch::reduce(d, keep, combine), true},
+                  batch::reduce(d, keep, combine), true, std::move(count)},
                  {input});
   });
 }
@@ -114,8 +121,17 @@ koila_status* loss(const char* name, koila_tensor** out, const koila_tensor* inp
     }
     const int64_t class_dim = has_classes ? (rank_of(x) == 1 ? 0 : 1) : -1;
     const int64_t red = reduction;
+    // What a MEAN loss divides by: the targets that are not ignored (class indices, ignore
+    // index -100), the samples and positions (class probabilities), or every element.
+    CountFn count = [class_dim](const Tensors& args) {
+      const at::Tensor& target = args[1];
+      if (class_dim >= 0 && !at::isFloatingType(target.scalar_type()))
+        return static_cast<double>(target.ne(-100).sum().item<int64_t>());
+      if (class_dim >= 0) return static_cast<double>(target.numel() / std::max<int64_t>(target.size(class_dim), 1));
+      return static_cast<double>(args[0].numel());
+    };
     return build({name, [fn, red](const Tensors& in, const Node&) { return fn(in[0], in[1], red); },
-                  loss_batch(class_dim, reduction)},
+                  loss_batch(class_dim, reduction), false, std::move(count)},
                  {x, t});
   });
 }

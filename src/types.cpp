@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -128,6 +129,16 @@ void check_allocation(uint64_t bytes, const c10::Device& device) {
   if (bytes > physical)
     fail(KOILA_ERROR_OUT_OF_MEMORY, "a tensor of " + std::to_string(bytes) + " bytes exceeds the " +
                                         std::to_string(physical) + " bytes of memory this machine has");
+}
+
+void write_text(const std::string& text, char* buf, size_t capacity, size_t* needed) {
+  if (capacity > 0 && buf == nullptr)
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
+  if (needed) *needed = text.size() + 1;
+  if (capacity == 0) return;
+  const size_t n = std::min(capacity - 1, text.size());
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
 }
 
 }  // namespace koila

@@ -36,4 +36,8 @@ std::vector<int64_t> int_array(const int64_t* ptr, size_t n);
 // (which on Linux may overcommit and let the process be killed later).
 void check_allocation(uint64_t bytes, const c10::Device& device);
 
+// Text out: writes at most `capacity` bytes of `text`, NUL-terminated when capacity > 0,
+// and sets *needed (when not NULL) to its full length plus one.
+void write_text(const std::string& text, char* buf, size_t capacity, size_t* needed);
+
 }  // namespace koila

@@ -10,6 +10,7 @@
 
 #include "graph.h"
 #include "koila.h"
+#include "models.h"
 #include "types.h"
 
 namespace koila_test {
@@ -17,10 +18,7 @@ namespace koila_test {
 // Marks an input as concrete (not wrapped with koila_lazy).
 constexpr int64_t kConcrete = INT64_MAX;
 
-struct TensorDeleter {
-  void operator()(koila_tensor* t) const { koila_tensor_free(t); }
-};
-using Handle = std::unique_ptr<koila_tensor, TensorDeleter>;
+using koila_models::Handle;
 
 // Expects success; on failure reports the status message.
 #define ASSERT_OK(expr)                                                        \
@@ -77,6 +75,20 @@ inline int64_t batch_dim_of(const koila_tensor* t) {
   koila_status_free(koila_tensor_batch_dim(t, &b));
   return b;
 }
+
+// The tensor an op call returns through `out`, expecting success.
+inline Handle call(koila_status* status, koila_tensor* out) {
+  EXPECT_EQ(status, nullptr) << koila_status_message(status);
+  koila_status_free(status);
+  return Handle(out);
+}
+
+#define CALL(fn, ...)                          \
+  [&] {                                        \
+    koila_tensor* out_ = nullptr;              \
+    koila_status* s_ = fn(&out_, __VA_ARGS__); \
+    return ::koila_test::call(s_, out_);       \
+  }()
 
 // The internal node, for what the C API does not show (coupling, reductions).
 inline const koila::Node& node(const koila_tensor* t) { return *t->node; }

@@ -13,19 +13,6 @@ Handle make(std::initializer_list<float> values, std::vector<int64_t> shape, int
   return from_aten(at::tensor(std::vector<float>(values)).reshape(shape), batch_dim);
 }
 
-Handle call(koila_status* status, koila_tensor* out) {
-  EXPECT_EQ(status, nullptr) << koila_status_message(status);
-  koila_status_free(status);
-  return Handle(out);
-}
-
-#define CALL(fn, ...)                          \
-  [&] {                                        \
-    koila_tensor* out_ = nullptr;              \
-    koila_status* s_ = fn(&out_, __VA_ARGS__); \
-    return call(s_, out_);                     \
-  }()
-
 }  // namespace
 
 TEST(Library, VersionAndStatus) {

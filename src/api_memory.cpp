@@ -1,0 +1,75 @@
+// The C entry points for memory budgets, measurement and plans.
+#include <ATen/ATen.h>
+
+#include "error.h"
+#include "graph.h"
+#include "memory.h"
+#include "planner.h"
+#include "types.h"
+
+using namespace koila;
+
+struct koila_plan {
+  Plan plan;
+};
+
+namespace {
+
+c10::Device device_arg(const char* device) { return canonical_device(parse_device(device)); }
+
+}  // namespace
+
+extern "C" {
+
+KOILA_API koila_status* koila_set_memory_budget(const char* device, uint64_t bytes) {
+  return guard(__func__, [&] { set_budget(device_arg(device), bytes); });
+}
+
+KOILA_API koila_status* koila_memory_budget(const char* device, uint64_t* out) {
+  return guard(__func__, [&] {
+    const c10::Device d = device_arg(device);
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = budget(d);
+  });
+}
+
+KOILA_API koila_status* koila_memory_stats(const char* device, uint64_t* current, uint64_t* peak) {
+  return guard(__func__, [&] {
+    const MemoryStats s = memory_stats(device_arg(device));
+    if (current) *current = s.current;
+    if (peak) *peak = s.peak;
+  });
+}
+
+KOILA_API koila_status* koila_memory_reset_peak(const char* device) {
+  return guard(__func__, [&] { reset_peak(device_arg(device)); });
+}
+
+KOILA_API koila_status* koila_plan_new(koila_plan** out, const koila_tensor* t, koila_mode mode) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(out);
+    *out = nullptr;
+    const NodePtr& node = node_of(t, "t");
+    if (mode != KOILA_MODE_FORWARD && mode != KOILA_MODE_TRAINING)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_mode " + std::to_string(static_cast<int>(mode)));
+    *out = new koila_plan{make_plan(node, mode == KOILA_MODE_TRAINING ? Mode::Training : Mode::Forward)};
+  });
+}
+
+KOILA_API int64_t koila_plan_batch_size(const koila_plan* p) { return p ? p->plan.batch : -1; }
+KOILA_API int64_t koila_plan_chunk_size(const koila_plan* p) { return p ? p->plan.chunk : -1; }
+KOILA_API int64_t koila_plan_num_chunks(const koila_plan* p) { return p ? p->plan.chunks : 0; }
+KOILA_API uint64_t koila_plan_peak_bytes(const koila_plan* p) { return p ? p->plan.peak() : 0; }
+KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan* p) { return p ? p->plan.full_peak() : 0; }
+KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan* p) { return p ? p->plan.budget : 0; }
+
+KOILA_API koila_status* koila_plan_describe(const koila_plan* p, char* buf, size_t capacity, size_t* needed) {
+  return guard(__func__, [&] {
+    KOILA_REQUIRE_NOT_NULL(p);
+    write_text(p->plan.describe(), buf, capacity, needed);
+  });
+}
+
+KOILA_API void koila_plan_free(koila_plan* p) { delete p; }
+
+}  // extern "C"

@@ -1,0 +1,296 @@
+#include "memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <type_traits>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "error.h"
+
+#ifdef KOILA_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace koila {
+namespace {
+
+void raise_peak(std::atomic<uint64_t>& peak, uint64_t value) {
+  uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// ---- CPU: a counting wrapper around LibTorch's default allocator -----------------------
+//
+// Each block carries a header in front of the data with its size, so that the deleter
+// (a plain function pointer) can subtract it. The data pointer is also the context:
+// LibTorch's MKLDNN paths allocate through raw_allocate, which requires data == context.
+
+// Newer LibTorch (2.3+) declares Allocator::copy_data pure virtual; older ones lack it.
+template <class A, class = void>
+struct WithCopyData : A {};
+template <class A>
+struct WithCopyData<A, std::void_t<decltype(&A::copy_data)>> : A {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (dest != nullptr && src != nullptr) std::memcpy(dest, src, count);
+  }
+};
+
+constexpr size_t kHeader = 64;  // keeps the default allocator's 64-byte alignment
+
+std::atomic<uint64_t> cpu_current{0};
+std::atomic<uint64_t> cpu_peak{0};
+std::atomic<uint64_t> cpu_limit{0};
+c10::Allocator* cpu_inner = nullptr;
+
+void cpu_delete(void* data) {
+  if (data == nullptr) return;
+  char* base = static_cast<char*>(data) - kHeader;
+  uint64_t size;
+  std::memcpy(&size, base, sizeof size);
+  cpu_current.fetch_sub(size, std::memory_order_relaxed);
+  cpu_inner->raw_deallocate(base);
+}
+
+class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
+ public:
+  c10::DataPtr allocate(size_t bytes) const override {
+    const c10::Device device(c10::kCPU);
+    if (bytes == 0) return {nullptr, nullptr, &cpu_delete, device};
+    const uint64_t now = cpu_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    const uint64_t limit = cpu_limit.load(std::memory_order_relaxed);
+    if (limit != 0 && now > limit) {
+      cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", bytes, " bytes with ",
+                       now - bytes, " held and a limit of ", limit);
+    }
+    void* base;
+    try {
+      base = cpu_inner->raw_allocate(bytes + kHeader);
+    } catch (...) {
+      cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
+    const uint64_t size = bytes;
+    std::memcpy(base, &size, sizeof size);
+    raise_peak(cpu_peak, now);
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, data, &cpu_delete, device};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &cpu_delete; }
+};
+
+TrackingCpuAllocator tracking_cpu_allocator;
+
+// ---- Meta: counts what meta tensors would take --------------------------------------------
+
+thread_local std::shared_ptr<MetaAllocationScope::Counter> active_meta_counter;
+
+}  // namespace
+
+struct MetaAllocationScope::Counter {
+  std::atomic<uint64_t> current{0};
+  std::atomic<uint64_t> peak{0};
+  void add(uint64_t bytes) { raise_peak(peak, current.fetch_add(bytes) + bytes); }
+};
+
+namespace {
+
+struct MetaRecord {
+  uint64_t bytes;
+  std::shared_ptr<MetaAllocationScope::Counter> counter;
+};
+
+void meta_delete(void* context) {
+  auto* record = static_cast<MetaRecord*>(context);
+  if (record == nullptr) return;
+  record->counter->current.fetch_sub(record->bytes);
+  delete record;
+}
+
+class TrackingMetaAllocator final : public WithCopyData<c10::Allocator> {
+ public:
+  c10::DataPtr allocate(size_t bytes) const override {
+    const c10::Device device(c10::kMeta);
+    const auto& counter = active_meta_counter;
+    if (!counter || bytes == 0) return {nullptr, nullptr, &meta_delete, device};
+    counter->add(bytes);
+    return {nullptr, new MetaRecord{bytes, counter}, &meta_delete, device};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+};
+
+TrackingMetaAllocator tracking_meta_allocator;
+
+void install() {
+  cpu_inner = c10::GetDefaultCPUAllocator();
+  c10::SetCPUAllocator(&tracking_cpu_allocator, /*priority=*/100);
+  c10::SetAllocator(c10::kMeta, &tracking_meta_allocator, /*priority=*/100);
+}
+
+// Installed as the library loads, so that tensors made before the first koila call count.
+const bool installed_at_load = (ensure_memory_tracking(), true);
+
+uint64_t read_number(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return UINT64_MAX;
+  try {
+    return std::stoull(word);
+  } catch (...) {
+    return UINT64_MAX;
+  }
+}
+
+uint64_t cpu_free_bytes() {
+  uint64_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      available = value * 1024;
+      break;
+    }
+  }
+  if (available == 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  }
+  // A cgroup (container) limit may be tighter than the machine.
+  const uint64_t limit = read_number("/sys/fs/cgroup/memory.max");
+  const uint64_t used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit != UINT64_MAX && used != UINT64_MAX) available = std::min(available, limit > used ? limit - used : 0);
+  return available;
+}
+
+std::mutex budget_mutex;
+std::map<std::string, uint64_t>& budgets() {
+  static std::map<std::string, uint64_t> map;
+  return map;
+}
+
+[[noreturn]] void no_cuda() {
+  fail(KOILA_ERROR_DEVICE, "koila was built against a LibTorch without CUDA; CUDA memory is not available");
+}
+
+}  // namespace
+
+void ensure_memory_tracking() {
+  static std::once_flag once;
+  std::call_once(once, install);
+}
+
+c10::Device canonical_device(c10::Device device) {
+  if (device.is_cuda() && !device.has_index()) {
+#ifdef KOILA_WITH_CUDA
+    return c10::Device(c10::kCUDA, c10::cuda::current_device());
+#else
+    return c10::Device(c10::kCUDA, 0);
+#endif
+  }
+  return device;
+}
+
+MemoryStats memory_stats(const c10::Device& device) {
+  ensure_memory_tracking();
+  MemoryStats s;
+  if (device.is_cpu()) {
+    s.current = cpu_current.load();
+    s.peak = std::max(cpu_peak.load(), s.current);
+    return s;
+  }
+#ifdef KOILA_WITH_CUDA
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(canonical_device(device).index());
+  s.current = static_cast<uint64_t>(stats.allocated_bytes[0].current);  // [0]: all pools
+  s.peak = static_cast<uint64_t>(stats.allocated_bytes[0].peak);
+  return s;
+#else
+  no_cuda();
+#endif
+}
+
+void reset_peak(const c10::Device& device) {
+  ensure_memory_tracking();
+  if (device.is_cpu()) {
+    cpu_peak.store(cpu_current.load());
+    return;
+  }
+#ifdef KOILA_WITH_CUDA
+  c10::cuda::CUDACachingAllocator::resetPeakStats(canonical_device(device).index());
+#else
+  no_cuda();
+#endif
+}
+
+uint64_t free_bytes(const c10::Device& device) {
+  if (device.is_cpu()) return cpu_free_bytes();
+#ifdef KOILA_WITH_CUDA
+  const c10::Device d = canonical_device(device);
+  size_t free = 0, total = 0;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(d.index());
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(KOILA_ERROR_DEVICE, std::string("cudaMemGetInfo failed on ") + d.str() + ": " + cudaGetErrorString(err));
+  }
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+  const int64_t cached = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
+  return free + static_cast<uint64_t>(std::max<int64_t>(cached, 0));
+#else
+  no_cuda();
+#endif
+}
+
+void set_budget(const c10::Device& device, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(budget_mutex);
+  if (bytes == 0)
+    budgets().erase(canonical_device(device).str());
+  else
+    budgets()[canonical_device(device).str()] = bytes;
+}
+
+uint64_t budget(const c10::Device& device) {
+  {
+    std::lock_guard<std::mutex> lock(budget_mutex);
+    auto found = budgets().find(canonical_device(device).str());
+    if (found != budgets().end()) return found->second;
+  }
+  const uint64_t free = free_bytes(device);
+  return memory_stats(device).current + free - free / 10;  // keep a tenth of what is free
+}
+
+MetaAllocationScope::MetaAllocationScope() : counter_(std::make_shared<Counter>()) {
+  ensure_memory_tracking();
+  if (active_meta_counter) fail(KOILA_ERROR_INTERNAL, "nested meta allocation scopes");
+  active_meta_counter = counter_;
+}
+
+MetaAllocationScope::~MetaAllocationScope() { active_meta_counter.reset(); }
+
+uint64_t MetaAllocationScope::current() const { return counter_->current.load(); }
+uint64_t MetaAllocationScope::peak() const { return counter_->peak.load(); }
+void MetaAllocationScope::add_temporary(uint64_t bytes) {
+  counter_->add(bytes);
+  counter_->current.fetch_sub(bytes);
+}
+
+namespace testing {
+void set_cpu_limit(uint64_t bytes) { cpu_limit.store(bytes); }
+}  // namespace testing
+
+}  // namespace koila

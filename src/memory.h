@@ -1,0 +1,65 @@
+// Memory: what tensors hold on each device, the budget koila may use there, and a counter
+// for simulated (meta) allocations that the planner uses to estimate peaks.
+//
+// CPU bytes are counted by a tracking allocator installed in front of LibTorch's default
+// CPU allocator when the library loads. CUDA figures come from LibTorch's caching
+// allocator, when koila is built against a CUDA LibTorch (KOILA_WITH_CUDA).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace koila {
+
+struct MemoryStats {
+  uint64_t current = 0;  // bytes held by tensors now
+  uint64_t peak = 0;     // most held at once since the last reset
+};
+
+// Installs the CPU tracking allocator (idempotent; also done when the library loads).
+void ensure_memory_tracking();
+
+MemoryStats memory_stats(const c10::Device& device);
+void reset_peak(const c10::Device& device);
+
+// Bytes the device could still give out: for CPU what the kernel reports available, for
+// CUDA what the driver reports free plus what the caching allocator holds unused.
+uint64_t free_bytes(const c10::Device& device);
+
+// 0 = automatic.
+void set_budget(const c10::Device& device, uint64_t bytes);
+// The budget in force: the one set, or current + free bytes less a safety margin.
+uint64_t budget(const c10::Device& device);
+
+// "cuda" means the current CUDA device: budgets and stats are kept per device index.
+c10::Device canonical_device(c10::Device device);
+
+// Counts the bytes of meta tensors allocated on this thread while it lives. Nested scopes
+// are not allowed. Meta storage has no data, so the count is what the same allocations
+// would take on a real device.
+class MetaAllocationScope {
+ public:
+  MetaAllocationScope();
+  ~MetaAllocationScope();
+  MetaAllocationScope(const MetaAllocationScope&) = delete;
+  MetaAllocationScope& operator=(const MetaAllocationScope&) = delete;
+
+  uint64_t current() const;
+  uint64_t peak() const;
+  void add_temporary(uint64_t bytes);  // a transient allocation the simulation cannot see
+
+  struct Counter;
+
+ private:
+  std::shared_ptr<Counter> counter_;
+};
+
+namespace testing {
+// Makes CPU allocations beyond `bytes` held fail with an out-of-memory error, as a real
+// device would (0 = no limit). For tests of the out-of-memory paths only.
+void set_cpu_limit(uint64_t bytes);
+}  // namespace testing
+
+}  // namespace koila

@@ -1,0 +1,526 @@
+// Memory measurement, budgets, plans, and chunked forward/backward: results and gradients
+// under tight budgets equal the unsplit ones (and plain LibTorch), and the measured peak
+// stays within the budget.
+#include <cstring>
+#include <functional>
+
+#include "helpers.h"
+#include "memory.h"
+#include "models.h"
+#include "planner.h"
+
+using namespace koila_test;
+using koila_models::Kind;
+using koila_models::Model;
+
+namespace {
+
+uint64_t current_cpu() {
+  uint64_t current = 0;
+  koila_status_free(koila_memory_stats("cpu", &current, nullptr));
+  return current;
+}
+
+uint64_t peak_cpu() {
+  uint64_t peak = 0;
+  koila_status_free(koila_memory_stats("cpu", nullptr, &peak));
+  return peak;
+}
+
+// Restores the automatic budget, the estimate scale and the allocation limit when a test ends.
+struct BudgetGuard {
+  ~BudgetGuard() {
+    koila_status_free(koila_set_memory_budget("cpu", 0));
+    koila::testing::set_estimate_scale(1.0);
+    koila::testing::set_cpu_limit(0);
+  }
+};
+
+struct PlanInfo {
+  int64_t batch = 0, chunk = 0, chunks = 0;
+  uint64_t peak = 0, full_peak = 0, budget = 0;
+  std::string text;
+};
+
+PlanInfo plan_of(const koila_tensor* t, koila_mode mode) {
+  koila_plan* p = nullptr;
+  koila_status* s = koila_plan_new(&p, t, mode);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  PlanInfo info;
+  if (!p) return info;
+  info.batch = koila_plan_batch_size(p);
+  info.chunk = koila_plan_chunk_size(p);
+  info.chunks = koila_plan_num_chunks(p);
+  info.peak = koila_plan_peak_bytes(p);
+  info.full_peak = koila_plan_full_peak_bytes(p);
+  info.budget = koila_plan_budget_bytes(p);
+  size_t needed = 0;
+  koila_status_free(koila_plan_describe(p, nullptr, 0, &needed));
+  info.text.resize(needed);
+  koila_status_free(koila_plan_describe(p, info.text.data(), needed, &needed));
+  info.text.resize(needed - 1);
+  koila_plan_free(p);
+  return info;
+}
+
+// Sets the CPU budget to what is held now plus what chunks of `chunk` samples are estimated
+// to need (with the planner's margin and a little more), so the planner picks that chunk.
+void budget_for_chunk(const koila_tensor* t, koila::Mode mode, int64_t chunk) {
+  const uint64_t extra = koila::estimate_extra(t->node, mode, chunk);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(extra * 1.12)));
+}
+
+std::vector<at::Tensor> grads_of(const Model& m) {
+  std::vector<at::Tensor> g;
+  for (const at::Tensor& p : m.params()) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return g;
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].defined() && b[i].defined()) << what << " gradient " << i;
+    // Relative to the gradient's largest entry: chunks sum in a different order.
+    const double diff = (a[i] - b[i]).abs().max().item<double>();
+    const double scale = b[i].abs().max().item<double>();
+    EXPECT_LE(diff, rtol * scale + atol) << what << " gradient " << i << " differs by " << diff << " (largest entry "
+                                         << scale << ")";
+  }
+}
+
+// Reads the loss and backpropagates it in chunks of `chunk`: the value and the gradients
+// must match plain LibTorch's.
+void check_loss_in_chunks(const Model& m, const koila_tensor* loss, int64_t chunk, double expected_value,
+                          const std::vector<at::Tensor>& expected_grads, const std::string& what) {
+  budget_for_chunk(loss, koila::Mode::Forward, chunk);
+  double value = 0;
+  EXPECT_EQ(plan_of(loss, KOILA_MODE_FORWARD).chunk, chunk) << what;
+  ASSERT_OK(koila_tensor_item(loss, &value));
+  EXPECT_NEAR(value, expected_value, 1e-4 * std::max(1.0, std::fabs(expected_value))) << what;
+  budget_for_chunk(loss, koila::Mode::Training, chunk);
+  EXPECT_EQ(plan_of(loss, KOILA_MODE_TRAINING).chunk, chunk) << what;
+  ASSERT_OK(koila_backward(loss));
+  expect_close(grads_of(m), expected_grads, 1e-4, 1e-5, what);
+}
+
+}  // namespace
+
+TEST(Memory, CountsCpuTensors) {
+  const uint64_t before = current_cpu();
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  {
+    at::Tensor t = at::empty({1024, 1024});  // 4 MiB through LibTorch's allocator
+    EXPECT_EQ(current_cpu(), before + 4u * 1024 * 1024);
+    EXPECT_GE(peak_cpu(), before + 4u * 1024 * 1024);
+  }
+  EXPECT_EQ(current_cpu(), before);
+  EXPECT_GE(peak_cpu(), before + 4u * 1024 * 1024);
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  EXPECT_EQ(peak_cpu(), before);
+  // Tensors made through the C API count too.
+  const int64_t shape[] = {256, 256};
+  koila_tensor* t = nullptr;
+  ASSERT_OK(koila_tensor_zeros(&t, shape, 2, KOILA_FLOAT64, "cpu"));
+  EXPECT_EQ(current_cpu(), before + 256u * 256 * 8);
+  koila_tensor_free(t);
+  EXPECT_EQ(current_cpu(), before);
+}
+
+TEST(Memory, MkldnnStyleRawAllocationsWork) {
+  // raw_allocate requires data == context; a convolution and a matmul run through it.
+  const uint64_t before = current_cpu();
+  void* p = c10::GetAllocator(c10::kCPU)->raw_allocate(1000);
+  EXPECT_EQ(current_cpu(), before + 1000);
+  c10::GetAllocator(c10::kCPU)->raw_deallocate(p);
+  EXPECT_EQ(current_cpu(), before);
+  const at::Tensor y = at::conv2d(at::randn({2, 3, 8, 8}), at::randn({4, 3, 3, 3}));
+  EXPECT_EQ(y.sizes(), at::IntArrayRef({2, 4, 6, 6}));
+}
+
+TEST(Memory, Budgets) {
+  BudgetGuard restore;
+  uint64_t automatic = 0;
+  ASSERT_OK(koila_memory_budget("cpu", &automatic));
+  EXPECT_GT(automatic, current_cpu());
+  ASSERT_OK(koila_set_memory_budget("cpu", 123456789));
+  uint64_t b = 0;
+  ASSERT_OK(koila_memory_budget("cpu", &b));
+  EXPECT_EQ(b, 123456789u);
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  ASSERT_OK(koila_memory_budget("cpu", &b));
+  EXPECT_GT(b, current_cpu());
+  EXPECT_NE(b, 123456789u);
+}
+
+TEST(Memory, BadArguments) {
+  uint64_t v = 0;
+  auto expect_code = [](koila_status* s, koila_code code, const char* words) {
+    EXPECT_EQ(koila_status_code(s), code) << koila_status_message(s);
+    EXPECT_NE(std::strstr(koila_status_message(s), words), nullptr) << koila_status_message(s);
+    koila_status_free(s);
+  };
+  expect_code(koila_set_memory_budget(nullptr, 1), KOILA_ERROR_INVALID_ARGUMENT, "device");
+  expect_code(koila_set_memory_budget("tpu", 1), KOILA_ERROR_DEVICE, "tpu");
+  expect_code(koila_memory_budget("cpu", nullptr), KOILA_ERROR_INVALID_ARGUMENT, "out");
+  expect_code(koila_memory_stats("gpu", &v, &v), KOILA_ERROR_DEVICE, "gpu");
+  expect_code(koila_memory_reset_peak("cuda:x"), KOILA_ERROR_DEVICE, "cuda:x");
+  if (!at::hasCUDA()) {  // a clean refusal, not a crash, where there is no CUDA
+    expect_code(koila_memory_stats("cuda", &v, &v), KOILA_ERROR_DEVICE, "cuda");
+    expect_code(koila_set_memory_budget("cuda:0", 1), KOILA_ERROR_DEVICE, "cuda");
+  }
+  expect_code(koila_plan_new(nullptr, nullptr, KOILA_MODE_FORWARD), KOILA_ERROR_INVALID_ARGUMENT, "out");
+  koila_plan* p = reinterpret_cast<koila_plan*>(1);
+  expect_code(koila_plan_new(&p, nullptr, KOILA_MODE_FORWARD), KOILA_ERROR_INVALID_ARGUMENT, "'t'");
+  EXPECT_EQ(p, nullptr);
+  Handle x = from_aten(at::randn({4, 3}), 0);
+  expect_code(koila_plan_new(&p, x.get(), static_cast<koila_mode>(7)), KOILA_ERROR_INVALID_ARGUMENT, "koila_mode");
+  expect_code(koila_plan_new(&p, x.get(), KOILA_MODE_TRAINING), KOILA_ERROR_INVALID_ARGUMENT, "one element");
+  expect_code(koila_plan_describe(nullptr, nullptr, 0, nullptr), KOILA_ERROR_INVALID_ARGUMENT, "'p'");
+  EXPECT_EQ(koila_plan_batch_size(nullptr), -1);
+  EXPECT_EQ(koila_plan_chunk_size(nullptr), -1);
+  EXPECT_EQ(koila_plan_num_chunks(nullptr), 0);
+  EXPECT_EQ(koila_plan_peak_bytes(nullptr), 0u);
+  koila_plan_free(nullptr);
+}
+
+TEST(Plan, WholeBatchRunsUnsplitWhenItFits) {
+  BudgetGuard restore;
+  const Model m(Kind::MLP);
+  Handle x = koila_models::lazy(m.input(9), 0), y = koila_models::lazy(m.target(9), 0);
+  Handle loss = m.loss(x.get(), y.get());
+  for (koila_mode mode : {KOILA_MODE_FORWARD, KOILA_MODE_TRAINING}) {
+    const PlanInfo p = plan_of(loss.get(), mode);
+    EXPECT_EQ(p.batch, 9);
+    EXPECT_EQ(p.chunk, 9);  // a batch of 9 that fits runs as one, not as 8 + 1
+    EXPECT_EQ(p.chunks, 1);
+    EXPECT_EQ(p.peak, p.full_peak);
+    EXPECT_GT(p.peak, current_cpu());
+    EXPECT_NE(p.text.find("fits unsplit"), std::string::npos) << p.text;
+  }
+  // Without a lazy batch.
+  Handle c = from_aten(at::randn({3, 3}), KOILA_NO_BATCH);
+  Handle s = CALL(koila_sum, c.get(), nullptr, 0, 0);
+  const PlanInfo p = plan_of(s.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(p.batch, -1);
+  EXPECT_EQ(p.chunk, -1);
+  EXPECT_EQ(p.chunks, 1);
+  EXPECT_NE(p.text.find("no lazy batch"), std::string::npos) << p.text;
+}
+
+TEST(Plan, PicksTheLargestPowerOfTwoThatFits) {
+  BudgetGuard restore;
+  const Model m(Kind::MLP);
+  Handle x = koila_models::lazy(m.input(100), 0), y = koila_models::lazy(m.target(100), 0);
+  Handle logits = m.features(x.get());
+  const uint64_t e16 = koila::estimate_extra(logits->node, koila::Mode::Forward, 16);
+  const uint64_t e32 = koila::estimate_extra(logits->node, koila::Mode::Forward, 32);
+  ASSERT_LT(e16, e32);
+  // Room for chunks of 16 but not 32.
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + (e16 + e32) * 1.1 / 2));
+  const PlanInfo p = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(p.chunk, 16);
+  EXPECT_EQ(p.chunks, 7);  // 6 x 16 + 4
+  EXPECT_LT(p.peak, p.full_peak);
+  EXPECT_LE(p.peak, p.budget);
+  EXPECT_NE(p.text.find("7 chunks of 16 (the last of 4)"), std::string::npos) << p.text;
+  EXPECT_NE(p.text.find("batch 100"), std::string::npos) << p.text;
+}
+
+// Forward values and training gradients of each model under budgets that force chunks equal
+// the unsplit run and plain LibTorch; the measured peak stays within the budget.
+class ChunkedModels : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(ChunkedModels, EqualUnsplitAndStayWithinBudget) {
+  BudgetGuard restore;
+  const Model m(GetParam(), at::kCPU, 7);
+  // Uneven batches. The MLP's activations are small next to its parameters, so its chunks
+  // only pay off (with the gradient sums they keep) on a larger batch.
+  const bool mlp = GetParam() == Kind::MLP;
+  const int64_t batch = mlp ? 1000 : 37, chunk = mlp ? 128 : 8, chunks = (batch + chunk - 1) / chunk;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle logits = m.features(x.get());
+  Handle loss = m.loss(x.get(), y.get());
+
+  // Plain LibTorch.
+  m.zero_grad();
+  const at::Tensor eager_logits = m.eager_features(xs).detach();
+  m.eager_loss(xs, ys).backward();
+  const std::vector<at::Tensor> eager_grads = grads_of(m);
+  m.zero_grad();
+
+  // Forward in chunks.
+  budget_for_chunk(logits.get(), koila::Mode::Forward, chunk);
+  PlanInfo p = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(p.chunk, chunk) << p.text;
+  EXPECT_EQ(p.chunks, chunks) << p.text;
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  const at::Tensor out = at::empty({batch, 10});
+  const uint64_t before = current_cpu();
+  ASSERT_OK(koila_tensor_to_host(logits.get(), out.data_ptr(), out.numel() * sizeof(float)));
+  EXPECT_LE(peak_cpu(), p.budget) << p.text;
+  EXPECT_LE(peak_cpu(), p.peak + (p.peak - before) / 10) << "estimate exceeded by more than 10%: " << p.text;
+  EXPECT_TRUE(at::allclose(out, eager_logits, 1e-4, 1e-5)) << (out - eager_logits).abs().max();
+
+  // The loss value, a mean over chunks.
+  double value = 0;
+  ASSERT_OK(koila_tensor_item(loss.get(), &value));
+  EXPECT_NEAR(value, m.eager_loss(xs, ys).item<double>(), 1e-5);
+
+  // Training in chunks.
+  budget_for_chunk(loss.get(), koila::Mode::Training, chunk);
+  p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(p.chunk, chunk) << p.text;
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), p.budget) << p.text;
+  expect_close(grads_of(m), eager_grads, 1e-4, 1e-6, "chunked");
+
+  // Unsplit through koila gives the same; a second backward adds (as in PyTorch).
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  EXPECT_EQ(plan_of(loss.get(), KOILA_MODE_TRAINING).chunks, 1);
+  m.zero_grad();
+  ASSERT_OK(koila_backward(loss.get()));
+  expect_close(grads_of(m), eager_grads, 1e-4, 1e-6, "unsplit");
+  budget_for_chunk(loss.get(), koila::Mode::Training, chunk * 2);
+  ASSERT_OK(koila_backward(loss.get()));
+  std::vector<at::Tensor> doubled;
+  for (const at::Tensor& g : eager_grads) doubled.push_back(g * 2);
+  expect_close(grads_of(m), doubled, 1e-4, 1e-6, "accumulated");
+  m.zero_grad();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ChunkedModels, ::testing::Values(Kind::MLP, Kind::CNN, Kind::Transformer),
+                         [](const ::testing::TestParamInfo<Kind>& info) { return koila_models::name(info.param); });
+
+TEST(Chunked, SumLossAndIgnoredTargets) {
+  BudgetGuard restore;
+  const Model m(Kind::MLP, at::kCPU, 3);
+  // Large enough that chunks need less than the whole batch even with the gradient sums
+  // they keep (the MLP's activations are small next to its parameters).
+  const int64_t batch = 2000;  // 7 chunks of 256 and one of 208
+  const at::Tensor xs = m.input(batch);
+  at::Tensor ys = m.target(batch);
+  // Targets ignored (-100) cluster in the first chunks: a mean over chunks weighted by
+  // samples would be wrong; it must count the targets that are not ignored.
+  ys.narrow(0, 0, 300).fill_(-100);
+  ys[1990] = -100;
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  for (koila_reduction r : {KOILA_REDUCTION_MEAN, KOILA_REDUCTION_SUM}) {
+    Handle loss = m.loss(x.get(), y.get(), r);
+    m.zero_grad();
+    const at::Tensor eager = m.eager_loss(xs, ys, r == KOILA_REDUCTION_MEAN ? at::Reduction::Mean : at::Reduction::Sum);
+    eager.backward();
+    const auto expected = grads_of(m);
+    m.zero_grad();
+    check_loss_in_chunks(m, loss.get(), 256, eager.item<double>(), expected, r == KOILA_REDUCTION_MEAN ? "mean" : "sum");
+  }
+}
+
+TEST(Chunked, PermutedBatchDimAndLiteralReshape) {
+  BudgetGuard restore;
+  // The batch is dim 1 of the input; permute moves it to 0, a reshape written with the
+  // literal batch size merges the two trailing dims, and the result keeps the batch.
+  at::manual_seed(5);
+  const int64_t batch = 24;
+  const at::Tensor xs = at::randn({6, batch, 4, 5});
+  const at::Tensor w = at::randn({20, 3}).set_requires_grad(true);
+  Handle x = koila_models::lazy(xs, 1), wh = koila_models::share(w);
+  const int64_t perm[] = {1, 0, 2, 3}, shape[] = {batch, 6, 20};
+  Handle p = CALL(koila_permute, x.get(), perm, 4);
+  Handle r = CALL(koila_reshape, p.get(), shape, 3);
+  Handle t = CALL(koila_tanh, r.get());
+  Handle o = CALL(koila_matmul, t.get(), wh.get());
+  EXPECT_EQ(batch_dim_of(o.get()), 0);
+  Handle loss = CALL(koila_mean, o.get(), nullptr, 0, 0);
+
+  const at::Tensor expected = at::matmul(at::tanh(xs.permute({1, 0, 2, 3}).reshape({batch, 6, 20})), w);
+  expected.mean().backward();
+  const at::Tensor expected_grad = w.grad().clone();
+  w.mutable_grad() = at::Tensor();
+
+  budget_for_chunk(o.get(), koila::Mode::Forward, 4);
+  EXPECT_EQ(plan_of(o.get(), KOILA_MODE_FORWARD).chunks, 6);
+  EXPECT_TRUE(at::allclose(to_aten(o.get()), expected.detach(), 1e-5, 1e-6));
+  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  EXPECT_EQ(plan_of(loss.get(), KOILA_MODE_TRAINING).chunks, 3);
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_TRUE(at::allclose(w.grad(), expected_grad, 1e-5, 1e-6)) << (w.grad() - expected_grad).abs().max();
+}
+
+TEST(Chunked, TailAfterTheReductions) {
+  BudgetGuard restore;
+  // loss = 0.5 * mean(ce) + sum over the batch of mse (a second reduction) + |w|^2 (no batch),
+  // squared at the end: the gradient of the tail depends on the reductions' values.
+  const Model m(Kind::MLP, at::kCPU, 11);
+  const int64_t batch = 2000;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch), zs = at::randn({batch, 10});
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0), z = koila_models::lazy(zs, 0);
+  Handle logits = m.features(x.get());
+  Handle ce = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+  Handle mse = CALL(koila_mse_loss, logits.get(), z.get(), KOILA_REDUCTION_SUM);
+  Handle half = CALL(koila_mul_scalar, ce.get(), 0.5);
+  Handle sum = CALL(koila_add, half.get(), mse.get());
+  const at::Tensor& w = m.params()[4];
+  Handle wh = koila_models::share(w);
+  Handle w2 = CALL(koila_mul, wh.get(), wh.get());
+  Handle reg = CALL(koila_sum, w2.get(), nullptr, 0, 0);
+  Handle total = CALL(koila_add, sum.get(), reg.get());
+  Handle loss = CALL(koila_mul, total.get(), total.get());
+  EXPECT_FALSE(node(loss.get()).couples.size());
+
+  m.zero_grad();
+  const at::Tensor lg = m.eager_features(xs);
+  const at::Tensor t = 0.5 * at::cross_entropy_loss(lg, ys) + at::mse_loss(lg, zs, at::Reduction::Sum) + (w * w).sum();
+  const at::Tensor eager = t * t;
+  eager.backward();
+  const auto expected = grads_of(m);
+  m.zero_grad();
+  check_loss_in_chunks(m, loss.get(), 256, eager.item<double>(), expected, "tail");
+  m.zero_grad();
+}
+
+TEST(Chunked, MaxAndMinOverTheBatchForward) {
+  BudgetGuard restore;
+  const at::Tensor xs = at::randn({500, 64});
+  Handle x = koila_models::lazy(xs, 0);
+  Handle e = CALL(koila_exp, x.get());
+  const int64_t d0[] = {0};
+  Handle mx = CALL(koila_amax, e.get(), d0, 1, 0);
+  Handle mn = CALL(koila_amin, e.get(), nullptr, 0, 0);
+  Handle s = CALL(koila_sum, e.get(), d0, 1, 1);
+  for (auto [h, expected] : std::vector<std::pair<const koila_tensor*, at::Tensor>>{
+           {mx.get(), xs.exp().amax(0)}, {mn.get(), xs.exp().amin()}, {s.get(), xs.exp().sum(0, true)}}) {
+    budget_for_chunk(h, koila::Mode::Forward, 64);
+    EXPECT_EQ(plan_of(h, KOILA_MODE_FORWARD).chunks, 8);
+    EXPECT_TRUE(at::allclose(to_aten(h), expected, 1e-5, 1e-5));
+  }
+}
+
+TEST(Refusals, CoupledGraphRunsUnsplitOrIsNotSplittable) {
+  BudgetGuard restore;
+  at::manual_seed(2);
+  const at::Tensor xs = at::randn({64, 8, 16});
+  const at::Tensor gamma = at::ones({8}).set_requires_grad(true), beta = at::zeros({8}).set_requires_grad(true);
+  const at::Tensor rm = at::zeros({8}), rv = at::ones({8});
+  Handle x = koila_models::lazy(xs, 0), g = koila_models::share(gamma), b = koila_models::share(beta);
+  Handle m = koila_models::share(rm), v = koila_models::share(rv);
+  Handle bn = CALL(koila_batch_norm, x.get(), g.get(), b.get(), m.get(), v.get(), 1, 0.1, 1e-5);
+  Handle sq = CALL(koila_mul, bn.get(), bn.get());
+  Handle loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
+  // Fits: runs unsplit, like eager LibTorch.
+  ASSERT_OK(koila_backward(loss.get()));
+  const at::Tensor grad = gamma.grad().clone();
+  // Does not fit: refused, naming the op; gradients untouched.
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + 1000));
+  koila_plan* p = nullptr;
+  for (koila_status* s : {koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING), koila_backward(loss.get())}) {
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_NOT_SPLITTABLE) << koila_status_message(s);
+    EXPECT_NE(std::strstr(koila_status_message(s), "koila_batch_norm"), nullptr) << koila_status_message(s);
+    EXPECT_NE(std::strstr(koila_status_message(s), "statistics over the batch"), nullptr) << koila_status_message(s);
+    koila_status_free(s);
+  }
+  EXPECT_EQ(p, nullptr);
+  EXPECT_TRUE(at::equal(gamma.grad(), grad));
+  // Softmax over the batch dim, read in forward.
+  Handle sm = CALL(koila_softmax, x.get(), 0);
+  koila_status* s = koila_tensor_to_host(sm.get(), at::empty({64, 8, 16}).data_ptr(), 64 * 8 * 16 * 4);
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_NOT_SPLITTABLE) << koila_status_message(s);
+  EXPECT_NE(std::strstr(koila_status_message(s), "koila_softmax"), nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  // amax over the batch in training: its gradient is not split.
+  const int64_t d0[] = {0};
+  const at::Tensor w = at::ones({16}).set_requires_grad(true);
+  Handle wh = koila_models::share(w);
+  Handle xw = CALL(koila_mul, x.get(), wh.get());
+  Handle mx = CALL(koila_amax, xw.get(), d0, 1, 0);
+  Handle ml = CALL(koila_sum, mx.get(), nullptr, 0, 0);
+  s = koila_backward(ml.get());
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_NOT_SPLITTABLE) << koila_status_message(s);
+  EXPECT_NE(std::strstr(koila_status_message(s), "koila_amax"), nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  EXPECT_FALSE(w.grad().defined());
+}
+
+TEST(Refusals, NotOneSampleFits) {
+  BudgetGuard restore;
+  const Model m(Kind::MLP);
+  Handle x = koila_models::lazy(m.input(16), 0), y = koila_models::lazy(m.target(16), 0);
+  Handle loss = m.loss(x.get(), y.get());
+  m.zero_grad();
+  ASSERT_OK(koila_backward(loss.get()));
+  const auto before = grads_of(m);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + 4096));
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  const uint64_t held = current_cpu();
+  koila_status* s = koila_backward(loss.get());
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+  EXPECT_NE(std::strstr(koila_status_message(s), "Not even a chunk of one sample fits"), nullptr)
+      << koila_status_message(s);
+  koila_status_free(s);
+  double v = 0;
+  s = koila_tensor_item(loss.get(), &v);
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+  koila_status_free(s);
+  EXPECT_LE(peak_cpu(), held + 4096);  // nothing ran
+  expect_close(grads_of(m), before, 0, 0, "untouched");
+  // Without a lazy batch there is nothing to split.
+  Handle c = from_aten(at::randn({64, 64}), KOILA_NO_BATCH);
+  Handle e = CALL(koila_exp, c.get());
+  s = koila_tensor_to_host(e.get(), at::empty({64, 64}).data_ptr(), 64 * 64 * 4);
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+  EXPECT_NE(std::strstr(koila_status_message(s), "no lazy batch"), nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  m.zero_grad();
+}
+
+TEST(Refusals, RealOutOfMemoryRetriesWithHalfTheChunk) {
+  BudgetGuard restore;
+  const Model m(Kind::CNN, at::kCPU, 4);
+  const int64_t batch = 32;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  m.zero_grad();
+  m.eager_loss(xs, ys).backward();
+  const auto expected = grads_of(m);
+  m.zero_grad();
+  // The planner believes chunks of 16 fit, but the device holds only what chunks of 4 need:
+  // the run hits real out-of-memory errors and retries with 8, then 4.
+  const uint64_t e4 = koila::estimate_extra(loss->node, koila::Mode::Training, 4);
+  const uint64_t e8 = koila::estimate_extra(loss->node, koila::Mode::Training, 8);
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t limit = current_cpu() + (e4 + e8) / 2;
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + (e16 * 1.15)));
+  koila::testing::set_cpu_limit(limit);
+  koila::Plan used;
+  ASSERT_NO_THROW(koila::run_backward(loss->node, &used));
+  koila::testing::set_cpu_limit(0);
+  EXPECT_EQ(used.chunk, 4) << used.describe();
+  expect_close(grads_of(m), expected, 1e-4, 1e-6, "after retries");
+  const auto after = grads_of(m);
+  // When not even one sample fits for real: KOILA_ERROR_OUT_OF_MEMORY, gradients untouched.
+  koila::testing::set_cpu_limit(current_cpu() + 1000);
+  koila_status* s = koila_backward(loss.get());
+  koila::testing::set_cpu_limit(0);
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+  koila_status_free(s);
+  expect_close(grads_of(m), after, 0, 0, "untouched");
+  m.zero_grad();
+}
+
+TEST(Plan, FreeingTheGraphFreesItsTensors) {
+  // The planner's memo lives with the graph and must not keep it alive.
+  const uint64_t before = current_cpu();
+  {
+    const Model m(Kind::MLP);
+    Handle x = koila_models::lazy(m.input(64), 0), y = koila_models::lazy(m.target(64), 0);
+    Handle loss = m.loss(x.get(), y.get());
+    ASSERT_OK(koila_backward(loss.get()));
+    plan_of(loss.get(), KOILA_MODE_FORWARD);
+    m.zero_grad();
+  }
+  EXPECT_EQ(current_cpu(), before);
+}
