@@ -23,6 +23,7 @@ namespace {
 constexpr double kMargin = 0.10;
 
 std::atomic<double> estimate_scale{1.0};
+std::atomic<bool> simulation_fails{false};
 
 // What the planner needs to know about a graph; depends on its structure only. It lives in
 // the root's cache, so it points at nodes without owning them (the root owns them).
@@ -39,6 +40,7 @@ struct Analysis {
 
 struct PlanCache {
   std::unique_ptr<Analysis> analysis[2];
+  std::string coarse;  // non-empty: why the simulation failed and estimates are coarse
   std::map<std::pair<std::string, int64_t>, uint64_t> estimates;  // (mode + leaves' grad flags, chunk)
 };
 
@@ -132,6 +134,7 @@ struct MetaLeaves {
 at::Tensor meta_of_node(const Node& node) { return meta_tensor(node.meta); }
 
 uint64_t simulate(const Analysis& a, const NodePtr& root, Mode mode, int64_t chunk) {
+  if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   const MetaLeaves leaves(a.nodes);
   EvalOptions options;
   options.leaf = [&leaves](const Node& node) { return leaves(node); };
@@ -183,6 +186,27 @@ uint64_t simulate(const Analysis& a, const NodePtr& root, Mode mode, int64_t chu
   return scope.peak();
 }
 
+// When an op cannot run on meta tensors (no meta kernel for it or for its backward): every
+// result held at once, three times over for training (activations, what autograd saves,
+// gradients), plus the gradients of the parameters twice. Errs high.
+uint64_t coarse_estimate(const Analysis& a, Mode mode, int64_t chunk) {
+  double bytes = 0, params = 0;
+  for (const Node* node : a.nodes) {
+    const double element = static_cast<double>(c10::elementSize(node->meta.dtype));
+    if (node->kind != NodeKind::Op) {
+      if (node->value.requires_grad()) params += static_cast<double>(node->value.numel()) * element;
+      continue;
+    }
+    double numel = 1;
+    for (size_t d = 0; d < node->meta.shape.size(); ++d)
+      numel *= static_cast<double>(static_cast<int64_t>(d) == node->meta.batch_dim && chunk >= 0 ? chunk
+                                                                                                   : node->meta.shape[d]);
+    bytes += numel * element;
+  }
+  if (mode == Mode::Training) bytes = 3 * bytes + 2 * params;
+  return static_cast<uint64_t>(bytes);
+}
+
 std::string grad_signature(const Analysis& a, Mode mode) {
   std::string s(1, mode == Mode::Training ? 'T' : 'F');
   if (mode == Mode::Training)
@@ -200,14 +224,17 @@ uint64_t estimate(const Analysis& a, const NodePtr& root, Mode mode, int64_t chu
     if (found != root->plan_cache->estimates.end()) return found->second;
   }
   uint64_t bytes;
+  std::string why;
   try {
     bytes = simulate(a, root, mode, chunk);
-  } catch (const Error& e) {
-    fail(KOILA_ERROR_INTERNAL, std::string("estimating the memory of the graph failed: ") + e.what());
+  } catch (const c10::Error& e) {
+    why = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    fail(KOILA_ERROR_INTERNAL, std::string("estimating the memory of the graph failed: ") + e.what());
+    why = e.what();
   }
+  if (!why.empty()) bytes = coarse_estimate(a, mode, chunk);
   std::lock_guard<std::mutex> lock(cache_mutex);
+  if (!why.empty() && root->plan_cache->coarse.empty()) root->plan_cache->coarse = why.substr(0, why.find('\n'));
   root->plan_cache->estimates.emplace(key, bytes);
   return bytes;
 }
@@ -268,6 +295,10 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
   p.batch = a.batch;
   p.coupled = a.coupled;
   p.full_extra = scaled(estimate(a, root, mode, -1));
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    p.coarse = root->plan_cache->coarse;
+  }
   p.chunk = a.batch;
   p.extra = p.full_extra;
   if (fits(p, p.full_extra)) return p;
@@ -555,6 +586,7 @@ std::string Plan::describe() const {
   os << ". Estimated peak " << human(peak()) << " (" << human(current) << " in use + " << human(extra) << ")";
   if (split) os << ", unsplit " << human(full_peak());
   os << "; budget " << human(budget) << ".";
+  if (!coarse.empty()) os << " (A coarse estimate: simulating the graph on meta tensors failed: " << coarse << ")";
   const bool fits_unsplit = fits(*this, full_extra);
   if (!fits_unsplit && batch >= 0 && !coupled.empty()) {
     os << " The unsplit run does not fit and the batch cannot be split: " << coupled << ".";
@@ -606,6 +638,7 @@ void run_backward(const NodePtr& loss, Plan* used) {
 
 namespace testing {
 void set_estimate_scale(double scale) { estimate_scale.store(scale); }
+void set_simulation_fails(bool fails) { simulation_fails.store(fails); }
 }  // namespace testing
 
 }  // namespace koila

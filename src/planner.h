@@ -34,6 +34,7 @@ struct Plan {
   uint64_t budget = 0;
   uint64_t full_extra = 0;    // estimated bytes beyond `current`, unsplit
   uint64_t extra = 0;         // estimated bytes beyond `current`, as planned
+  std::string coarse;         // non-empty: the simulation failed (why) and estimates are coarse
   uint64_t peak() const { return current + extra; }
   uint64_t full_peak() const { return current + full_extra; }
   std::string describe() const;
@@ -60,6 +61,8 @@ void run_backward(const NodePtr& loss, Plan* used = nullptr);
 namespace testing {
 // Multiplies every estimate (to provoke real out-of-memory errors in tests); 1 by default.
 void set_estimate_scale(double scale);
+// Makes the simulation fail, as it would for an op without meta kernels (coarse estimates).
+void set_simulation_fails(bool fails);
 }  // namespace testing
 
 }  // namespace koila

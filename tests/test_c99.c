@@ -89,6 +89,58 @@ int main(void) {
   CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
   koila_status_free(s);
 
+  /* Memory and plans: a lazy batch of 64 rows, summed; its plan under the automatic budget
+     runs unsplit, under a budget below what is in use it is refused before running. */
+  {
+    float big[64 * 16];
+    const int64_t bshape[2] = {64, 16};
+    koila_tensor *b = NULL, *lb = NULL, *e = NULL, *total = NULL;
+    koila_plan *plan = NULL;
+    uint64_t current = 0, peak = 0, budget = 0;
+    int i;
+    for (i = 0; i < 64 * 16; ++i) big[i] = 1.0f;
+    ok(koila_memory_reset_peak("cpu"));
+    ok(koila_memory_stats("cpu", &current, &peak));
+    CHECK(peak == current);
+    ok(koila_tensor_from_data(&b, big, sizeof big, KOILA_FLOAT32, bshape, 2, "cpu"));
+    ok(koila_memory_stats("cpu", &current, NULL));
+    CHECK(current >= sizeof big);
+    ok(koila_lazy(&lb, b, 0));
+    ok(koila_exp(&e, lb));
+    ok(koila_sum(&total, e, NULL, 0, 0));
+    ok(koila_memory_budget("cpu", &budget));
+    CHECK(budget > current);
+    if (ok(koila_plan_new(&plan, total, KOILA_MODE_FORWARD))) {
+      CHECK(koila_plan_batch_size(plan) == 64);
+      CHECK(koila_plan_chunk_size(plan) == 64);
+      CHECK(koila_plan_num_chunks(plan) == 1);
+      CHECK(koila_plan_peak_bytes(plan) >= current);
+      CHECK(koila_plan_peak_bytes(plan) == koila_plan_full_peak_bytes(plan));
+      CHECK(koila_plan_budget_bytes(plan) == budget || koila_plan_budget_bytes(plan) > current);
+      ok(koila_plan_describe(plan, text, sizeof text, &needed));
+      CHECK(strstr(text, "batch 64") != NULL);
+      koila_plan_free(plan);
+    }
+    ok(koila_tensor_item(total, &value));
+    CHECK(fabs(value - 64 * 16 * exp(1.0)) < 1e-2);
+    ok(koila_set_memory_budget("cpu", 1));
+    s = koila_tensor_item(total, &value);
+    CHECK(koila_status_code(s) == KOILA_ERROR_OUT_OF_MEMORY);
+    koila_status_free(s);
+    s = koila_plan_new(&plan, total, KOILA_MODE_FORWARD);
+    CHECK(koila_status_code(s) == KOILA_ERROR_OUT_OF_MEMORY && plan == NULL);
+    koila_status_free(s);
+    ok(koila_set_memory_budget("cpu", 0));
+    s = koila_memory_stats("cuda:7", &current, &peak);
+    CHECK(koila_status_code(s) == KOILA_ERROR_DEVICE);
+    koila_status_free(s);
+    koila_plan_free(NULL);
+    koila_tensor_free(total);
+    koila_tensor_free(e);
+    koila_tensor_free(lb);
+    koila_tensor_free(b);
+  }
+
   /* Any free order; every _free takes NULL. */
   koila_tensor_free(x);
   koila_tensor_free(lx);

@@ -33,6 +33,7 @@ struct BudgetGuard {
     koila_status_free(koila_set_memory_budget("cpu", 0));
     koila::testing::set_estimate_scale(1.0);
     koila::testing::set_cpu_limit(0);
+    koila::testing::set_simulation_fails(false);
   }
 };
 
@@ -523,4 +524,29 @@ TEST(Plan, FreeingTheGraphFreesItsTensors) {
     m.zero_grad();
   }
   EXPECT_EQ(current_cpu(), before);
+}
+
+TEST(Plan, CoarseEstimateWhenTheSimulationFails) {
+  // An op the meta device cannot run (none of koila's own, but e.g. a module's custom op):
+  // the planner falls back to a coarse estimate that errs high, says so, and still runs.
+  BudgetGuard restore;
+  koila::testing::set_simulation_fails(true);
+  const Model m(Kind::CNN, at::kCPU, 9);
+  const at::Tensor xs = m.input(16), ys = m.target(16);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(p.text.find("coarse estimate"), std::string::npos) << p.text;
+  koila::testing::set_simulation_fails(false);
+  Handle same = m.loss(x.get(), y.get());  // a new graph: estimates are remembered per graph
+  const uint64_t simulated = koila::estimate_extra(same->node, koila::Mode::Training, -1);
+  EXPECT_GT(p.full_peak - current_cpu(), simulated);  // errs high
+  m.zero_grad();
+  m.eager_loss(xs, ys).backward();
+  const auto expected = grads_of(m);
+  m.zero_grad();
+  koila::testing::set_simulation_fails(true);
+  ASSERT_OK(koila_backward(loss.get()));
+  expect_close(grads_of(m), expected, 1e-4, 1e-6, "coarse");
+  m.zero_grad();
 }

@@ -1,0 +1,137 @@
+// Benchmarks 2 and 3: the time of a training step (forward + backward, gradients into
+// .grad) through koila against the same step in plain LibTorch when the batch fits, and
+// the time of chunked steps under budgets of 1/2, 1/4 and 1/8 of the unsplit need.
+//
+//   step_time [device] [repeats]     (default cpu, 11)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "bench_common.h"
+
+using namespace koila_models;
+using bench::check;
+using bench::mib;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds of `repeats` runs of each step, after one warm-up run of each. The steps
+// take turns, so that drift in the machine's speed affects all of them alike.
+std::vector<double> median_times(int repeats, const std::vector<std::function<void()>>& steps) {
+  for (const auto& step : steps) step();
+  std::vector<std::vector<double>> times(steps.size());
+  for (int i = 0; i < repeats; ++i) {
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const double start = bench::now_seconds();
+      steps[k]();
+      times[k].push_back(bench::now_seconds() - start);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
+double median_time(int repeats, const std::function<void()>& step) { return median_times(repeats, {step})[0]; }
+
+// One training step through koila: gradients from scratch, then wait for the device.
+void koila_step(const Model& m, const koila_tensor* loss, const at::Device& dev) {
+  m.zero_grad();
+  check(koila_backward(loss), "koila_backward");
+  if (!dev.is_cpu()) m.params()[0].grad().sum().item<float>();
+}
+
+struct Case {
+  Kind kind;
+  int64_t batch;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const char* device = argc > 1 ? argv[1] : "cpu";
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 11;
+  const at::Device dev(device);
+  const std::vector<Case> cases = dev.is_cpu()
+                                      ? std::vector<Case>{{Kind::MLP, 4096}, {Kind::CNN, 256}, {Kind::Transformer, 256}}
+                                      : std::vector<Case>{{Kind::MLP, 65536}, {Kind::CNN, 4096}, {Kind::Transformer, 4096}};
+
+  std::printf("## Training step, batch fits (%s, median of %d)\n\n", device, repeats);
+  std::printf("| model | batch | plain LibTorch ms | koila ms | ratio | koila, graph rebuilt each step ms | ratio |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    const Model m(c.kind, dev, 1);
+    const at::Tensor xs = m.input(c.batch), ys = m.target(c.batch);
+    Handle x = lazy(xs, 0), y = lazy(ys, 0);
+    Handle loss = m.loss(x.get(), y.get());
+    const std::vector<double> t = median_times(
+        repeats, {[&] {
+                    m.zero_grad();
+                    m.eager_loss(xs, ys).backward();
+                    if (!dev.is_cpu()) m.params()[0].grad().sum().item<float>();  // wait for the device
+                  },
+                  [&] { koila_step(m, loss.get(), dev); },
+                  [&] {
+                    Handle l = m.loss(x.get(), y.get());
+                    koila_step(m, l.get(), dev);
+                  }});
+    const double plain = t[0], koila = t[1], rebuilt = t[2];
+    std::printf("| %s | %lld | %.1f | %.1f | %.3f | %.1f | %.3f |\n", name(c.kind), static_cast<long long>(c.batch),
+                1e3 * plain, 1e3 * koila, koila / plain, 1e3 * rebuilt, rebuilt / plain);
+    m.zero_grad();
+  }
+
+  std::printf("\n## Chunked training step under smaller budgets (%s, median of %d)\n\n", device, repeats);
+  std::printf("budget = memory in use + a fraction of the estimated unsplit extra\n\n");
+  std::printf("| model | batch | budget | chunk x n | est. peak MiB | meas. peak MiB | budget MiB | step ms | vs unsplit |\n");
+  std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    const Model m(c.kind, dev, 1);
+    const at::Tensor xs = m.input(c.batch), ys = m.target(c.batch);
+    Handle x = lazy(xs, 0), y = lazy(ys, 0);
+    Handle loss = m.loss(x.get(), y.get());
+    m.zero_grad();
+    check(koila_backward(loss.get()), "koila_backward");  // .grad exists from here on, as in a loop
+    check(koila_set_memory_budget(device, uint64_t{1} << 50), "koila_set_memory_budget");
+    koila_plan* plan = nullptr;
+    check(koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING), "koila_plan_new");
+    const uint64_t held = bench::memory(device).current;
+    const uint64_t full_extra = koila_plan_full_peak_bytes(plan) - held;
+    koila_plan_free(plan);
+    double unsplit = 0;
+    for (double fraction : {1.0, 0.5, 0.25, 0.125}) {
+      const uint64_t budget = fraction >= 1 ? uint64_t{1} << 50 : held + static_cast<uint64_t>(full_extra * fraction);
+      check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
+      koila_status* s = koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING);
+      if (s) {
+        std::printf("| %s | %lld | 1/%g | refused (%s) | | | | | |\n", name(c.kind), static_cast<long long>(c.batch),
+                    1 / fraction, koila_status_code(s) == KOILA_ERROR_OUT_OF_MEMORY ? "not one sample fits" : "error");
+        koila_status_free(s);
+        continue;
+      }
+      const int64_t chunk = koila_plan_chunk_size(plan), chunks = koila_plan_num_chunks(plan);
+      const uint64_t estimated = koila_plan_peak_bytes(plan);
+      koila_plan_free(plan);
+      check(koila_memory_reset_peak(device), "koila_memory_reset_peak");
+      const double t = median_time(repeats, [&] { koila_step(m, loss.get(), dev); });
+      const uint64_t measured = bench::memory(device).peak;
+      if (fraction >= 1) unsplit = t;
+      std::printf("| %s | %lld | %s | %lld x %lld | %.1f | %.1f | %s | %.1f | %.2fx |\n", name(c.kind),
+                  static_cast<long long>(c.batch), fraction >= 1 ? "unlimited" : (fraction == 0.5 ? "1/2" : fraction == 0.25 ? "1/4" : "1/8"),
+                  static_cast<long long>(chunk), static_cast<long long>(chunks), mib(estimated), mib(measured),
+                  fraction >= 1 ? "-" : std::to_string(static_cast<long long>(mib(budget))).c_str(), 1e3 * t,
+                  t / unsplit);
+    }
+    check(koila_set_memory_budget(device, 0), "koila_set_memory_budget");
+    m.zero_grad();
+  }
+  return 0;
+}
