@@ -53,6 +53,16 @@ struct Case {
   int64_t batch;
 };
 
+// A model, a batch of inputs and targets, and the lazy loss over them.
+struct Setup {
+  Model m;
+  at::Tensor xs, ys;
+  Handle x, y, loss;
+  Setup(const Case& c, const at::Device& dev)
+      : m(c.kind, dev, 1), xs(m.input(c.batch)), ys(m.target(c.batch)), x(lazy(xs, 0)), y(lazy(ys, 0)),
+        loss(m.loss(x.get(), y.get())) {}
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,10 +78,10 @@ int main(int argc, char** argv) {
   std::printf("| model | batch | plain LibTorch ms | koila ms | ratio | koila, graph rebuilt each step ms | ratio |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
-    const Model m(c.kind, dev, 1);
-    const at::Tensor xs = m.input(c.batch), ys = m.target(c.batch);
-    Handle x = lazy(xs, 0), y = lazy(ys, 0);
-    Handle loss = m.loss(x.get(), y.get());
+    const Setup setup(c, dev);
+    const Model& m = setup.m;
+    const at::Tensor &xs = setup.xs, &ys = setup.ys;
+    const Handle &x = setup.x, &y = setup.y, &loss = setup.loss;
     const std::vector<double> t = median_times(
         repeats, {[&] {
                     m.zero_grad();
@@ -94,10 +104,9 @@ int main(int argc, char** argv) {
   std::printf("| model | batch | budget | chunk x n | est. peak MiB | meas. peak MiB | budget MiB | step ms | vs unsplit |\n");
   std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
-    const Model m(c.kind, dev, 1);
-    const at::Tensor xs = m.input(c.batch), ys = m.target(c.batch);
-    Handle x = lazy(xs, 0), y = lazy(ys, 0);
-    Handle loss = m.loss(x.get(), y.get());
+    const Setup setup(c, dev);
+    const Model& m = setup.m;
+    const Handle& loss = setup.loss;
     m.zero_grad();
     check(koila_backward(loss.get()), "koila_backward");  // .grad exists from here on, as in a loop
     check(koila_set_memory_budget(device, uint64_t{1} << 50), "koila_set_memory_budget");
