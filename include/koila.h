@@ -178,7 +178,9 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* work (parameters, gradients, inputs, activations kept for backward, temporaries, each  */
 /* freed at its last use), and when the whole batch does not fit the device's budget they */
 /* run it in chunks of the largest power of two of samples that fits. Results and         */
-/* gradients equal the unsplit ones (up to floating-point summation order).               */
+/* gradients equal the unsplit ones (up to floating-point summation order). Dropout in   */
+/* training draws its masks chunk by chunk, so they differ from an unsplit run's masks   */
+/* (as two unsplit runs' masks differ).                                                   */
 /* ------------------------------------------------------------------------------------ */
 
 /* Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in
