@@ -379,6 +379,70 @@ KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
                                                            const koila_tensor *attn_mask,
                                                            int is_causal);
 
+/* ------------------------------------------------------------------------------------ */
+/* Modules and optimizers                                                                 */
+/*                                                                                        */
+/* TorchScript modules saved from Python (torch.jit.script or torch.jit.trace, then save) */
+/* or from C++. A module call is part of the lazy graph: its result's shape, dtype and    */
+/* batch dim are known when the call is built (koila runs the module on meta tensors, and */
+/* on a probe of at most three real samples to check that it keeps samples apart), and    */
+/* the planner estimates and splits it like any op. A module that mixes samples across    */
+/* the batch (batch norm in training, a reduction over the batch) couples the batch.      */
+/* ------------------------------------------------------------------------------------ */
+
+/* Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or
+   corrupt file is KOILA_ERROR_IO with the path in the message. */
+KOILA_API koila_status *koila_module_load(koila_module **out, const char *path, const char *device);
+/* Saves the module with its current parameters (KOILA_ERROR_IO when the file cannot be
+   written). */
+KOILA_API koila_status *koila_module_save(const koila_module *m, const char *path);
+/* The result of m.forward(inputs[0], ..., inputs[n-1]); lazy if any input is, else computed
+   at once (recording gradients, as eager LibTorch). The module must return one tensor
+   (KOILA_ERROR_UNSUPPORTED otherwise). Inputs the module rejects fail here, with the
+   module's complaint in the message: KOILA_ERROR_INVALID_ARGUMENT for the wrong number or
+   kind of arguments, KOILA_ERROR_SHAPE for shapes it does not accept. The call runs the
+   module as it is when the call is built (training flag included, see
+   koila_module_train); parameters and buffers are shared, so updates to them are seen by
+   every later evaluation. Running it on meta tensors and on the probe changes no buffer
+   (batch norm statistics) and no random generator state. */
+KOILA_API koila_status *koila_module_forward(koila_tensor **out, koila_module *m,
+                                             koila_tensor *const *inputs, size_t n);
+/* Sets the training flag (on: 1, off: 0) of the module and its submodules; it applies to
+   calls built afterwards. */
+KOILA_API koila_status *koila_module_train(koila_module *m, int on);
+/* 1 when the module is in training mode. */
+KOILA_API koila_status *koila_module_is_training(const koila_module *m, int *out);
+/* Parameters of the module and its submodules, in the order of named_parameters(). */
+KOILA_API koila_status *koila_module_num_parameters(const koila_module *m, size_t *out);
+/* Aliases the module's i-th parameter: gradients from koila_backward and optimizer updates
+   are seen by the module, and koila_tensor_set_requires_grad on it changes the module's
+   parameter. Modules saved from Python keep requires_grad; modules made in C++ with
+   register_parameter do not set it. */
+KOILA_API koila_status *koila_module_parameter(koila_tensor **out, koila_module *m, size_t i);
+/* The dotted name of the i-th parameter ("conv1.weight"). Text conventions as
+   koila_tensor_to_string. */
+KOILA_API koila_status *koila_module_parameter_name(const koila_module *m, size_t i, char *buf,
+                                                    size_t capacity, size_t *needed);
+/* Lazy results built from the module keep what they need alive: freeing the module
+   handle first is safe. */
+KOILA_API void koila_module_free(koila_module *m);
+
+/* Optimizers over concrete floating-point leaves that require grad (each at most once),
+   as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam
+   with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step.
+   lr, momentum, weight_decay and eps must be >= 0 and finite; 0 <= beta < 1. */
+KOILA_API koila_status *koila_optimizer_sgd(koila_optimizer **out, koila_tensor *const *params,
+                                            size_t n, double lr, double momentum,
+                                            double weight_decay);
+KOILA_API koila_status *koila_optimizer_adam(koila_optimizer **out, koila_tensor *const *params,
+                                             size_t n, double lr, double beta1, double beta2,
+                                             double eps, double weight_decay);
+/* Updates the parameters in place from their gradients. */
+KOILA_API koila_status *koila_optimizer_step(koila_optimizer *o);
+/* Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad). */
+KOILA_API koila_status *koila_optimizer_zero_grad(koila_optimizer *o);
+KOILA_API void koila_optimizer_free(koila_optimizer *o);
+
 #ifdef __cplusplus
 }
 #endif

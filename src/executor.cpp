@@ -78,7 +78,7 @@ Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& optio
     try {
       values[i] = node.run(args, node);
     } catch (const c10::Error&) {
-      rethrow_torch_error(node.op + " (inputs " + describe_inputs(node.inputs) + ")", KOILA_ERROR_INVALID_ARGUMENT);
+      rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
     }
     if (options.observe) options.observe(node, args, values[i]);
     args.clear();

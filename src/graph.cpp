@@ -55,6 +55,11 @@ std::string describe_inputs(const std::vector<NodePtr>& inputs) {
   return os.str();
 }
 
+std::string describe_inputs(const Node& node) {
+  if (node.shown_inputs >= node.inputs.size()) return describe_inputs(node.inputs);
+  return describe_inputs(std::vector<NodePtr>(node.inputs.begin(), node.inputs.begin() + node.shown_inputs));
+}
+
 namespace {
 
 Meta infer_on_meta(const OpSpec& spec, const std::vector<const Meta*>& in, const Node& self) {
@@ -125,6 +130,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->op = spec.name;
   node->run = spec.run;
   node->inputs = inputs;
+  node->shown_inputs = spec.shown_inputs;
   const c10::Device device = common_device(inputs);
 
   std::vector<const Meta*> metas;
@@ -139,13 +145,13 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   }
 
   try {
-    node->meta = infer_on_meta(spec, metas, *node);
+    node->meta = spec.infer ? spec.infer(metas, *node) : infer_on_meta(spec, metas, *node);
   } catch (const Error&) {
     throw;
   } catch (const c10::Error&) {
-    rethrow_torch_error("inputs " + describe_inputs(inputs), KOILA_ERROR_SHAPE);
+    rethrow_torch_error("inputs " + describe_inputs(*node), KOILA_ERROR_SHAPE);
   } catch (const std::exception& e) {  // a few LibTorch shape checks throw std::runtime_error
-    fail(KOILA_ERROR_SHAPE, "inputs " + describe_inputs(inputs) + ": " + e.what());
+    fail(KOILA_ERROR_SHAPE, "inputs " + describe_inputs(*node) + ": " + e.what());
   }
   node->meta.device = device;
   if (spec.probe_kernel && any_lazy) probe_kernel(spec, inputs, *node);
@@ -173,7 +179,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   try {
     result = spec.run(values, *node);
   } catch (const c10::Error&) {
-    rethrow_torch_error("inputs " + describe_inputs(inputs), KOILA_ERROR_INVALID_ARGUMENT);
+    rethrow_torch_error("inputs " + describe_inputs(*node), KOILA_ERROR_INVALID_ARGUMENT);
   }
   if (result.sizes() != at::IntArrayRef(node->meta.shape) || result.scalar_type() != node->meta.dtype)
     fail(KOILA_ERROR_INTERNAL, std::string(spec.name) + " computed " + shape_string(result.sizes()) + " " +

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,6 +64,8 @@ struct Node {
   BatchReduction reduction = BatchReduction::None;
   CountFn mean_count;         // set when reduction is Mean
   at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
+  size_t shown_inputs = SIZE_MAX;  // error messages describe only the first inputs (a module
+                                   // call's parameters are inputs too, but not the caller's)
   mutable std::shared_ptr<PlanCache> plan_cache;  // owned by the planner, set when planned
 
   bool lazy() const { return kind != NodeKind::Constant; }
@@ -84,6 +87,11 @@ struct OpSpec {
   bool probe_kernel = false;
   // For ops that can average over the batch (see CountFn); default: all elements of input 0.
   CountFn mean_count = {};
+  // Infers the result's shape and dtype instead of running `run` on meta tensors (for ops
+  // that need more than that, e.g. a TorchScript module call). Throws koila::Error.
+  std::function<Meta(const std::vector<const Meta*>& in, const Node& self)> infer = {};
+  // How many inputs error messages describe (default: all).
+  size_t shown_inputs = SIZE_MAX;
 };
 
 NodePtr make_constant(at::Tensor value);
@@ -101,6 +109,8 @@ at::Tensor meta_tensor(const Meta& meta);
 Meta meta_of(const at::Tensor& t);
 
 std::string describe_inputs(const std::vector<NodePtr>& inputs);
+// The inputs of an op node as its error messages show them (see Node::shown_inputs).
+std::string describe_inputs(const Node& node);
 
 }  // namespace koila
 

@@ -10,7 +10,9 @@
 
 #include "graph.h"
 #include "koila.h"
+#include "memory.h"
 #include "models.h"
+#include "planner.h"
 #include "types.h"
 
 namespace koila_test {
@@ -92,5 +94,64 @@ inline Handle call(koila_status* status, koila_tensor* out) {
 
 // The internal node, for what the C API does not show (coupling, reductions).
 inline const koila::Node& node(const koila_tensor* t) { return *t->node; }
+
+// ---- Planning: memory figures, budgets and plans -------------------------------------
+
+inline uint64_t current_cpu() {
+  uint64_t current = 0;
+  koila_status_free(koila_memory_stats("cpu", &current, nullptr));
+  return current;
+}
+
+inline uint64_t peak_cpu() {
+  uint64_t peak = 0;
+  koila_status_free(koila_memory_stats("cpu", nullptr, &peak));
+  return peak;
+}
+
+// Restores the automatic budget, the estimate scale and the allocation limit when a test ends.
+struct BudgetGuard {
+  ~BudgetGuard() {
+    koila_status_free(koila_set_memory_budget("cpu", 0));
+    koila::testing::set_estimate_scale(1.0);
+    koila::testing::set_cpu_limit(0);
+    koila::testing::set_simulation_fails(false);
+  }
+};
+
+struct PlanInfo {
+  int64_t batch = 0, chunk = 0, chunks = 0;
+  uint64_t peak = 0, full_peak = 0, budget = 0;
+  std::string text;
+};
+
+inline PlanInfo plan_of(const koila_tensor* t, koila_mode mode) {
+  koila_plan* p = nullptr;
+  koila_status* s = koila_plan_new(&p, t, mode);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  PlanInfo info;
+  if (!p) return info;
+  info.batch = koila_plan_batch_size(p);
+  info.chunk = koila_plan_chunk_size(p);
+  info.chunks = koila_plan_num_chunks(p);
+  info.peak = koila_plan_peak_bytes(p);
+  info.full_peak = koila_plan_full_peak_bytes(p);
+  info.budget = koila_plan_budget_bytes(p);
+  size_t needed = 0;
+  koila_status_free(koila_plan_describe(p, nullptr, 0, &needed));
+  info.text.resize(needed);
+  koila_status_free(koila_plan_describe(p, info.text.data(), needed, &needed));
+  info.text.resize(needed - 1);
+  koila_plan_free(p);
+  return info;
+}
+
+// Sets the CPU budget to what is held now plus what chunks of `chunk` samples are estimated
+// to need (with the planner's margin and a little more), so the planner picks that chunk.
+inline void budget_for_chunk(const koila_tensor* t, koila::Mode mode, int64_t chunk) {
+  const uint64_t extra = koila::estimate_extra(t->node, mode, chunk);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(extra * 1.12)));
+}
 
 }  // namespace koila_test

@@ -1,5 +1,8 @@
 /* A pure C99 program against koila.h alone: builds a small lazy graph, checks values
-   computed by hand, metadata, and error statuses. Compiled with -std=c99 -pedantic -Werror. */
+   computed by hand, metadata, and error statuses; trains a TorchScript MLP loaded from
+   MODELS_DIR/mlp.pt (written by koila_make_models). Compiled with -std=c99 -pedantic -Werror.
+
+   usage: koila_c99_test MODELS_DIR */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,7 +27,101 @@ static int ok(koila_status *s) {
   return 0;
 }
 
-int main(void) {
+/* Loads mlp.pt, trains it a few steps with a graph built once, saves and reloads it. */
+static void module_checks(const char *dir) {
+  char path[1024], name[64], saved[1100];
+  koila_module *m = NULL, *again = NULL;
+  koila_tensor *params[4] = {NULL, NULL, NULL, NULL};
+  koila_tensor *data = NULL, *labels = NULL, *x = NULL, *y = NULL, *logits = NULL, *loss = NULL, *g = NULL;
+  koila_optimizer *opt = NULL;
+  koila_status *s;
+  const int64_t xshape[2] = {48, 784}, yshape[1] = {48};
+  int64_t ys[48], dims[2], bd = -2;
+  size_t n = 0, ndim = 0, needed = 0, i;
+  double first = 0, last = 0;
+  int step, training = -1;
+
+  snprintf(path, sizeof path, "%s/no-such-model.pt", dir);
+  s = koila_module_load(&m, path, "cpu");
+  CHECK(koila_status_code(s) == KOILA_ERROR_IO);
+  CHECK(strstr(koila_status_message(s), path) != NULL);
+  CHECK(m == NULL);
+  koila_status_free(s);
+
+  snprintf(path, sizeof path, "%s/mlp.pt", dir);
+  if (!ok(koila_module_load(&m, path, "cpu"))) return;
+  ok(koila_module_num_parameters(m, &n));
+  CHECK(n == 4);
+  ok(koila_module_parameter_name(m, 0, name, sizeof name, &needed));
+  CHECK(strcmp(name, "fc1.weight") == 0 && needed == strlen("fc1.weight") + 1);
+  for (i = 0; i < 4 && i < n; ++i) ok(koila_module_parameter(&params[i], m, i));
+  ok(koila_module_is_training(m, &training));
+  CHECK(training == 1);
+
+  for (i = 0; i < 48; ++i) ys[i] = (int64_t)(i % 10);
+  ok(koila_tensor_randn(&data, xshape, 2, KOILA_FLOAT32, "cpu"));
+  ok(koila_tensor_from_data(&labels, ys, sizeof ys, KOILA_INT64, yshape, 1, "cpu"));
+  ok(koila_lazy(&x, data, 0));
+  ok(koila_lazy(&y, labels, 0));
+  ok(koila_module_forward(&logits, m, &x, 1));
+  ok(koila_tensor_shape(logits, dims, 2, &ndim));
+  CHECK(ndim == 2 && dims[0] == 48 && dims[1] == 10);
+  ok(koila_tensor_batch_dim(logits, &bd));
+  CHECK(bd == 0);
+  ok(koila_cross_entropy(&loss, logits, y, KOILA_REDUCTION_MEAN));
+  ok(koila_optimizer_adam(&opt, params, 4, 1e-3, 0.9, 0.999, 1e-8, 0.0));
+  for (step = 0; step < 5; ++step) {
+    double value = 0;
+    ok(koila_optimizer_zero_grad(opt));
+    ok(koila_tensor_item(loss, &value));
+    ok(koila_backward(loss));
+    ok(koila_optimizer_step(opt));
+    if (step == 0) first = value;
+    last = value;
+  }
+  CHECK(last < first);
+  ok(koila_tensor_grad(&g, params[0]));
+  CHECK(g != NULL);
+
+  /* Saved with the trained parameters. */
+  snprintf(saved, sizeof saved, "%s/c99-trained.pt", dir);
+  ok(koila_module_save(m, saved));
+  if (ok(koila_module_load(&again, saved, "cpu"))) {
+    koila_tensor *logits2 = NULL, *diff = NULL, *err = NULL;
+    double e = 1;
+    ok(koila_module_forward(&logits2, again, &x, 1));
+    ok(koila_sub(&diff, logits2, logits));
+    ok(koila_abs(&err, diff));
+    koila_tensor_free(diff);
+    ok(koila_amax(&diff, err, NULL, 0, 0));
+    ok(koila_tensor_item(diff, &e));
+    CHECK(e == 0.0);
+    koila_tensor_free(diff);
+    koila_tensor_free(err);
+    koila_tensor_free(logits2);
+  }
+  remove(saved);
+  ok(koila_module_train(m, 0));
+  ok(koila_module_is_training(m, &training));
+  CHECK(training == 0);
+
+  /* Any order. */
+  koila_module_free(m);
+  koila_module_free(again);
+  koila_module_free(NULL);
+  koila_optimizer_free(opt);
+  koila_optimizer_free(NULL);
+  for (i = 0; i < 4; ++i) koila_tensor_free(params[i]);
+  koila_tensor_free(g);
+  koila_tensor_free(loss);
+  koila_tensor_free(logits);
+  koila_tensor_free(x);
+  koila_tensor_free(y);
+  koila_tensor_free(data);
+  koila_tensor_free(labels);
+}
+
+int main(int argc, char **argv) {
   const float xs[6] = {1, -2, 3, -4, 5, -6};
   const float ws[3] = {0.5f, 1, 2};
   const int64_t xshape[2] = {2, 3}, wshape[2] = {1, 3};
@@ -139,6 +236,13 @@ int main(void) {
     koila_tensor_free(e);
     koila_tensor_free(lb);
     koila_tensor_free(b);
+  }
+
+  if (argc > 1)
+    module_checks(argv[1]);
+  else {
+    fprintf(stderr, "usage: %s MODELS_DIR\n", argv[0]);
+    ++failures;
   }
 
   /* Any free order; every _free takes NULL. */

@@ -1,0 +1,25 @@
+// Writes the TorchScript models the C example and tests load, made without Python:
+//   make_models DIR   ->   DIR/cnn.pt (the CNN of train_cnn.c), DIR/mlp.pt
+// With Python the same files would come from torch.jit.script(model).save(path).
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "scripted_models.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  try {
+    scripted::cnn(0).save(dir + "/cnn.pt");
+    scripted::mlp(0).save(dir + "/mlp.pt");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "make_models: %s\n", e.what());
+    return 1;
+  }
+  std::printf("wrote %s/cnn.pt and %s/mlp.pt\n", dir.c_str(), dir.c_str());
+  return 0;
+}
