@@ -17,29 +17,7 @@ using bench::mib;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds of `repeats` runs of each step, after one warm-up run of each. The steps
-// take turns, so that drift in the machine's speed affects all of them alike.
-std::vector<double> median_times(int repeats, const std::vector<std::function<void()>>& steps) {
-  for (const auto& step : steps) step();
-  std::vector<std::vector<double>> times(steps.size());
-  for (int i = 0; i < repeats; ++i) {
-    for (size_t k = 0; k < steps.size(); ++k) {
-      const double start = bench::now_seconds();
-      steps[k]();
-      times[k].push_back(bench::now_seconds() - start);
-    }
-  }
-  std::vector<double> medians;
-  for (auto& t : times) medians.push_back(median(t));
-  return medians;
-}
-
-double median_time(int repeats, const std::function<void()>& step) { return median_times(repeats, {step})[0]; }
+double median_time(int repeats, const std::function<void()>& step) { return bench::median_times(repeats, {step})[0]; }
 
 // One training step through koila: gradients from scratch, then wait for the device.
 void koila_step(const Model& m, const koila_tensor* loss, const at::Device& dev) {
@@ -82,7 +60,7 @@ int main(int argc, char** argv) {
     const Model& m = setup.m;
     const at::Tensor &xs = setup.xs, &ys = setup.ys;
     const Handle &x = setup.x, &y = setup.y, &loss = setup.loss;
-    const std::vector<double> t = median_times(
+    const std::vector<double> t = bench::median_times(
         repeats, {[&] {
                     m.zero_grad();
                     m.eager_loss(xs, ys).backward();

@@ -388,6 +388,11 @@ KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
 /* on a probe of at most three real samples to check that it keeps samples apart), and    */
 /* the planner estimates and splits it like any op. A module that mixes samples across    */
 /* the batch (batch norm in training, a reduction over the batch) couples the batch.      */
+/* koila runs modules operator by operator (graph executor optimization off, on its own   */
+/* clone of the module's methods), so that estimates follow exactly what runs; the        */
+/* caller's own runs of the module are not affected. If an op inside a module has no Meta */
+/* kernel in this LibTorch, shapes come from the probe and the plan's estimate is coarse  */
+/* (its description says so) and does not see the module's inner activations.            */
 /* ------------------------------------------------------------------------------------ */
 
 /* Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or

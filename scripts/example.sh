@@ -4,4 +4,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
-"${KOILA_BUILD_DIR:-$root/build}/examples/koila_example_mlp" "$@"
+build=${KOILA_BUILD_DIR:-$root/build}
+"$build/examples/koila_example_mlp"
+echo
+"$build/examples/koila_example_train_cnn" "$build/examples/cnn.pt" "$@"

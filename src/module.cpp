@@ -55,6 +55,26 @@ Module twin(const Module& module, const Substitute& substitute) {
   return Module(twin(module._ivalue(), substitute, done));
 }
 
+// A copy of `runnable` (the clone koila runs) holding the current values of `original`'s
+// slots: the caller's tensors, flags and attributes with the clone's methods.
+ObjectPtr runnable_twin(const ObjectPtr& runnable, const ObjectPtr& original,
+                        std::unordered_map<const c10::ivalue::Object*, ObjectPtr>& done) {
+  auto found = done.find(runnable.get());
+  if (found != done.end()) return found->second;
+  if (runnable->slots().size() != original->slots().size())
+    fail(KOILA_ERROR_INTERNAL, "the module's structure changed after koila cloned it");
+  ObjectPtr copy = runnable->copy();
+  done.emplace(runnable.get(), copy);
+  for (size_t i = 0; i < copy->slots().size(); ++i) {
+    const c10::IValue& v = original->getSlot(i);
+    if (is_module(v) && is_module(runnable->getSlot(i)))
+      copy->setSlot(i, runnable_twin(runnable->getSlot(i).toObject(), v.toObject(), done));
+    else
+      copy->setSlot(i, v);
+  }
+  return copy;
+}
+
 void collect_tensors(const ObjectPtr& obj, Tensors& out, std::unordered_map<const c10::TensorImpl*, size_t>& index,
                      std::unordered_set<const c10::ivalue::Object*>& seen) {
   if (!seen.insert(obj.get()).second) return;
@@ -455,7 +475,7 @@ void set_training(const Module& module, bool on) {
   set_training(module._ivalue(), on, seen);
 }
 
-NodePtr module_forward(const koila_module& m, const std::vector<NodePtr>& inputs) {
+NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   auto call = std::make_shared<Call>();
   call->name = module_name(m.module);
   call->n_inputs = inputs.size();
@@ -482,8 +502,21 @@ NodePtr module_forward(const koila_module& m, const std::vector<NodePtr>& inputs
                                    in->meta.device.str());
 
   // The call runs the module as it is now: a twin shares its tensors but keeps its own
-  // flags, so koila_module_train afterwards does not change what this call computes.
-  call->module = twin(m.module, [](const at::Tensor& t) { return t; });
+  // flags, so koila_module_train afterwards does not change what this call computes. Its
+  // methods are the clone's, whose executors no optimized plan of the caller's reaches.
+  if (!m.runnable) {
+    try {
+      m.runnable = m.module.clone(/*inplace=*/true);
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(KOILA_ERROR_UNSUPPORTED, "module " + call->name + " cannot be cloned: " + torch_complaint(e));
+    }
+  }
+  {
+    std::unordered_map<const c10::ivalue::Object*, ObjectPtr> done;
+    call->module = Module(runnable_twin(m.runnable->_ivalue(), m.module._ivalue(), done));
+  }
   {
     std::unordered_set<const c10::ivalue::Object*> seen;
     collect_tensors(call->module._ivalue(), call->state, call->index, seen);

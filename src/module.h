@@ -18,6 +18,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@
 struct koila_module {
   torch::jit::Module module;
   c10::Device device = c10::Device(c10::kCPU);
+  // The module koila runs: a clone with its own types and methods (and so its own graph
+  // executors, which koila always runs unoptimized), sharing every tensor. Made at the
+  // first call; the caller's module may meanwhile run optimized plans of its own.
+  std::optional<torch::jit::Module> runnable = std::nullopt;
 };
 
 namespace koila {
@@ -33,7 +38,7 @@ namespace koila {
 // The node for `m.forward(inputs...)` (computed at once when no input is lazy). The call
 // runs the module as it is now (training flags and other attributes are captured);
 // parameters and buffers are shared, so later updates to them are seen.
-NodePtr module_forward(const koila_module& m, const std::vector<NodePtr>& inputs);
+NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs);
 
 // Sets the `training` flag of the module and of every submodule that has one.
 void set_training(const torch::jit::Module& module, bool on);

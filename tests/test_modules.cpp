@@ -1,6 +1,7 @@
 // TorchScript modules and optimizers: forward values and chunked training gradients equal
 // plain LibTorch, the batch is shown to flow through a module (or the module couples it),
 // optimizers match torch::optim, save/load round-trips, and bad input fails cleanly.
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
@@ -594,4 +595,37 @@ TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   Handle z = forward(mm.get(), {x.get()});
   EXPECT_NE(node(z.get()).couples.find("mixes samples"), std::string::npos) << node(z.get()).couples;
   EXPECT_TRUE(at::equal(to_aten(z.get()), at::roll(xs, {1}, {0})));
+}
+
+TEST(Modules, TheCallersOptimizedRunsDoNotReachKoila) {
+  BudgetGuard restore;
+  torch::jit::Module cnn = scripted::cnn(12);
+  const at::Tensor xs = at::randn({24, 3, 32, 32});
+  const at::Tensor ys = at::randint(10, {24}, at::kLong);
+  // The caller runs the module itself first, with LibTorch's optimizing executor (which
+  // then keeps a plan specialized for these inputs, autodiff subgraphs included).
+  for (int i = 0; i < 4; ++i) {
+    torch::jit::GraphOptimizerEnabledGuard optimize(true);
+    zero_grads(cnn);
+    at::cross_entropy_loss(cnn.forward({xs}).toTensor(), ys).backward();
+  }
+  const std::vector<at::Tensor> expected = grads(cnn);
+  zero_grads(cnn);
+
+  ModuleHandle m = wrap(cnn);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle logits = forward(m.get(), {x.get()});
+  Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
+  EXPECT_EQ(p.chunks, 3) << p.text;
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), p.budget);
+  expect_close(grads(cnn), expected, 1e-4, "after optimized runs");
+  // And the caller's optimized runs still work after koila's.
+  zero_grads(cnn);
+  at::cross_entropy_loss(cnn.forward({xs}).toTensor(), ys).backward();
+  expect_close(grads(cnn), expected, 1e-4, "the caller's run afterwards");
 }
