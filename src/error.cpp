@@ -29,12 +29,19 @@ bool mentions(const std::string& text, const char* needle) {
   return text.find(needle) != std::string::npos;
 }
 
+}  // namespace
+
+bool is_out_of_memory(const std::exception& e, const std::string& text) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr || mentions(text, "out of memory") ||
+         mentions(text, "can't allocate memory");
+}
+
+namespace {
+
 // Classifies an error raised by LibTorch itself.
 koila_code code_of(const c10::Error& e, const std::string& text,
                    koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || mentions(text, "out of memory") ||
-      mentions(text, "can't allocate memory"))
-    return KOILA_ERROR_OUT_OF_MEMORY;
+  if (is_out_of_memory(e, text)) return KOILA_ERROR_OUT_OF_MEMORY;
   if (dynamic_cast<const c10::TypeError*>(&e) || mentions(text, "not implemented for '") ||
       mentions(text, "dtype") || mentions(text, "scalar type") || mentions(text, "bool tensor") ||
       mentions(text, "Boolean inputs"))

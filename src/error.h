@@ -33,6 +33,10 @@ koila_status& out_of_memory_status();
 // message starts with `context`. Errors LibTorch does not classify get `fallback`.
 [[noreturn]] void rethrow_torch_error(const std::string& context, koila_code fallback);
 
+// Whether a LibTorch error (or the TorchScript interpreter's wrapping of one, whose `text`
+// keeps the message) says the device ran out of memory.
+bool is_out_of_memory(const std::exception& e, const std::string& text);
+
 // Maps the exception in flight to a status whose message starts with `where`.
 koila_status* status_from_current_exception(const char* where) noexcept;
 

@@ -32,33 +32,12 @@ constexpr uint64_t kProbeSeed = 0x6b6f696c61ull;
 
 bool is_module(const c10::IValue& v) { return v.isObject() && v.toObjectRef().type()->is_module(); }
 
-// A copy of the module's objects (the module and its submodules, recursively) whose
-// tensors are `substitute(tensor)`. Methods are shared: they belong to the type.
-ObjectPtr twin(const ObjectPtr& obj, const Substitute& substitute,
+// A copy of `runnable`'s objects (the module and its submodules, recursively) holding
+// the current values of `original`'s slots, tensors passed through `substitute`. Methods
+// are `runnable`'s: they belong to the type. `runnable` is `original` itself, or the clone
+// koila runs (same structure, its own methods).
+ObjectPtr twin(const ObjectPtr& runnable, const ObjectPtr& original, const Substitute& substitute,
                std::unordered_map<const c10::ivalue::Object*, ObjectPtr>& done) {
-  auto found = done.find(obj.get());
-  if (found != done.end()) return found->second;
-  ObjectPtr copy = obj->copy();
-  done.emplace(obj.get(), copy);
-  for (size_t i = 0; i < copy->slots().size(); ++i) {
-    const c10::IValue v = copy->getSlot(i);
-    if (is_module(v))
-      copy->setSlot(i, twin(v.toObject(), substitute, done));
-    else if (v.isTensor() && v.toTensor().defined())
-      copy->setSlot(i, substitute(v.toTensor()));
-  }
-  return copy;
-}
-
-Module twin(const Module& module, const Substitute& substitute) {
-  std::unordered_map<const c10::ivalue::Object*, ObjectPtr> done;
-  return Module(twin(module._ivalue(), substitute, done));
-}
-
-// A copy of `runnable` (the clone koila runs) holding the current values of `original`'s
-// slots: the caller's tensors, flags and attributes with the clone's methods.
-ObjectPtr runnable_twin(const ObjectPtr& runnable, const ObjectPtr& original,
-                        std::unordered_map<const c10::ivalue::Object*, ObjectPtr>& done) {
   auto found = done.find(runnable.get());
   if (found != done.end()) return found->second;
   if (runnable->slots().size() != original->slots().size())
@@ -68,11 +47,18 @@ ObjectPtr runnable_twin(const ObjectPtr& runnable, const ObjectPtr& original,
   for (size_t i = 0; i < copy->slots().size(); ++i) {
     const c10::IValue& v = original->getSlot(i);
     if (is_module(v) && is_module(runnable->getSlot(i)))
-      copy->setSlot(i, runnable_twin(runnable->getSlot(i).toObject(), v.toObject(), done));
+      copy->setSlot(i, twin(runnable->getSlot(i).toObject(), v.toObject(), substitute, done));
+    else if (v.isTensor() && v.toTensor().defined())
+      copy->setSlot(i, substitute(v.toTensor()));
     else
       copy->setSlot(i, v);
   }
   return copy;
+}
+
+Module twin(const Module& runnable, const Module& original, const Substitute& substitute) {
+  std::unordered_map<const c10::ivalue::Object*, ObjectPtr> done;
+  return Module(twin(runnable._ivalue(), original._ivalue(), substitute, done));
 }
 
 void collect_tensors(const ObjectPtr& obj, Tensors& out, std::unordered_map<const c10::TensorImpl*, size_t>& index,
@@ -95,8 +81,6 @@ void set_training(const ObjectPtr& obj, bool on, std::unordered_set<const c10::i
     if (is_module(v)) set_training(v.toObject(), on, seen);
 }
 
-bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
-
 // Everything one module call needs, shared by its node's functions.
 struct Call {
   Module module;   // a twin of the caller's module taken when the call was built (same tensors)
@@ -109,11 +93,7 @@ struct Call {
 
 [[noreturn]] void module_error(const Call& call, const std::exception& e, koila_code fallback) {
   const std::string text = torch_complaint(e);
-  koila_code code = fallback;
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || mentions(text, "out of memory") ||
-      mentions(text, "can't allocate memory"))
-    code = KOILA_ERROR_OUT_OF_MEMORY;
-  fail(code, "module " + call.name + " (inputs " + call.input_text + "): " + text);
+  fail(is_out_of_memory(e, text) ? KOILA_ERROR_OUT_OF_MEMORY : fallback, "module " + call.name + " (inputs " + call.input_text + "): " + text);
 }
 
 // Runs the module's forward on args = [inputs..., state...]. When the state given is the
@@ -123,7 +103,7 @@ at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback =
   bool own = true;
   for (size_t i = 0; i < call.state.size(); ++i)
     own &= args[call.n_inputs + i].unsafeGetTensorImpl() == call.state[i].unsafeGetTensorImpl();
-  Module target = own ? call.module : twin(call.module, [&](const at::Tensor& t) {
+  Module target = own ? call.module : twin(call.module, call.module, [&](const at::Tensor& t) {
     auto found = call.index.find(t.unsafeGetTensorImpl());
     return found == call.index.end() ? t : args[call.n_inputs + found->second];
   });
@@ -513,10 +493,7 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
       fail(KOILA_ERROR_UNSUPPORTED, "module " + call->name + " cannot be cloned: " + torch_complaint(e));
     }
   }
-  {
-    std::unordered_map<const c10::ivalue::Object*, ObjectPtr> done;
-    call->module = Module(runnable_twin(m.runnable->_ivalue(), m.module._ivalue(), done));
-  }
+  call->module = twin(*m.runnable, m.module, [](const at::Tensor& t) { return t; });
   {
     std::unordered_set<const c10::ivalue::Object*> seen;
     collect_tensors(call->module._ivalue(), call->state, call->index, seen);
