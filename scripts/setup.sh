@@ -3,7 +3,8 @@
 set -euo pipefail
 # libopenblas0-pthread: LibTorch on Debian otherwise runs its matrix products on the
 # reference BLAS, some 30 times slower (tests and benchmarks would crawl).
-packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread)
+packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread
+          python3 openjdk-17-jdk-headless junit5 bindgen)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,112 @@
+//! TorchScript modules.
+use std::ffi::CString;
+use std::path::Path;
+use std::ptr::{self, NonNull};
+
+use crate::error::{c_string, check, Code, Error, Result};
+use crate::tensor::{make, pointers, Tensor};
+use crate::text::read_text;
+use koila_sys as sys;
+
+/// A TorchScript module (saved by torch.jit.script/trace, or from C++). A call is part of
+/// the lazy graph: shape, dtype and batch dim of the result are known at once, and the
+/// planner splits it like any op (unless the module mixes samples across the batch).
+pub struct Module {
+    raw: NonNull<sys::koila_module>,
+}
+
+// SAFETY: as Tensor: movable between threads, never used from two at once.
+unsafe impl Send for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: owned, freed once. Results built from the module keep it alive.
+        unsafe { sys::koila_module_free(self.raw.as_ptr()) }
+    }
+}
+
+fn path_string(path: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::new(Code::InvalidArgument, format!("path contains a NUL byte: {}", path.display())))
+}
+
+impl Module {
+    /// Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or
+    /// corrupt file is an [`Code::Io`] error naming the path.
+    pub fn load(path: impl AsRef<Path>, device: &str) -> Result<Module> {
+        let path = path_string(path.as_ref())?;
+        let device = c_string("device", device)?;
+        let mut out: *mut sys::koila_module = ptr::null_mut();
+        check(unsafe { sys::koila_module_load(&mut out, path.as_ptr(), device.as_ptr()) })?;
+        NonNull::new(out)
+            .map(|raw| Module { raw })
+            .ok_or_else(|| Error::new(Code::Internal, "koila returned success but no module"))
+    }
+
+    fn ptr(&self) -> *mut sys::koila_module {
+        self.raw.as_ptr()
+    }
+
+    /// Saves the module with its current parameters.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path_string(path.as_ref())?;
+        check(unsafe { sys::koila_module_save(self.ptr(), path.as_ptr()) })
+    }
+
+    /// `forward(inputs...)`: lazy when any input is lazy, else computed at once. Inputs
+    /// the module rejects fail here with its complaint (InvalidArgument, Shape).
+    pub fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let ptrs = pointers(inputs);
+        let p = if ptrs.is_empty() { ptr::null() } else { ptrs.as_ptr() };
+        make(|out| unsafe { sys::koila_module_forward(out, self.ptr(), p, ptrs.len()) })
+    }
+
+    /// Sets the training flag of the module and its submodules (for calls built after).
+    pub fn train(&mut self, on: bool) -> Result<()> {
+        check(unsafe { sys::koila_module_train(self.ptr(), on as i32) })
+    }
+
+    /// Whether the module is in training mode.
+    pub fn is_training(&self) -> Result<bool> {
+        let mut flag = 0;
+        check(unsafe { sys::koila_module_is_training(self.ptr(), &mut flag) })?;
+        Ok(flag != 0)
+    }
+
+    /// The number of parameters (submodules' included).
+    pub fn num_parameters(&self) -> Result<usize> {
+        let mut n = 0usize;
+        check(unsafe { sys::koila_module_num_parameters(self.ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// The i-th parameter, aliased: gradients and optimizer updates are the module's.
+    pub fn parameter(&self, i: usize) -> Result<Tensor> {
+        make(|out| unsafe { sys::koila_module_parameter(out, self.ptr(), i) })
+    }
+
+    /// The dotted name of the i-th parameter ("fc1.weight").
+    pub fn parameter_name(&self, i: usize) -> Result<String> {
+        read_text(|buf, cap, needed| unsafe { sys::koila_module_parameter_name(self.ptr(), i, buf, cap, needed) })
+    }
+
+    /// Every parameter, in the order of named_parameters().
+    pub fn parameters(&self) -> Result<Vec<Tensor>> {
+        (0..self.num_parameters()?).map(|i| self.parameter(i)).collect()
+    }
+
+    /// Every parameter with its name.
+    pub fn named_parameters(&self) -> Result<Vec<(String, Tensor)>> {
+        (0..self.num_parameters()?).map(|i| Ok((self.parameter_name(i)?, self.parameter(i)?))).collect()
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("num_parameters", &self.num_parameters().ok())
+            .field("training", &self.is_training().ok())
+            .finish()
+    }
+}
