@@ -4,7 +4,7 @@
 #   generate.sh           write src/bindings.rs
 #   generate.sh --check   exit 1 when src/bindings.rs is not what the header gives now
 #
-# The check compares token streams (whitespace removed), so a different rustfmt version
+# The check compares the text without layout, so whether and which rustfmt formatted it
 # cannot make it fail; any change of a name, type, value or comment does.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +24,11 @@ generate() {
     -- -fparse-all-comments
 }
 
+# The text without layout: whitespace and the trailing commas rustfmt adds are dropped.
+tokens() {
+  tr -d ' \t\n' | sed -e 's/,)/)/g' -e 's/,}/}/g'
+}
+
 case "${1:-}" in
   "")
     generate >"$committed.tmp"
@@ -34,7 +39,7 @@ case "${1:-}" in
     fresh=$(mktemp)
     trap 'rm -f "$fresh"' EXIT
     generate >"$fresh"
-    if [[ "$(tr -d ' \t\n' <"$fresh")" != "$(tr -d ' \t\n' <"$committed")" ]]; then
+    if [[ "$(tokens <"$fresh")" != "$(tokens <"$committed")" ]]; then
       echo "src/bindings.rs is out of date with include/koila.h; run bindings/rust/koila-sys/generate.sh" >&2
       diff -u "$committed" "$fresh" | head -60 >&2 || true
       exit 1
