@@ -31,7 +31,8 @@ impl Drop for Tensor {
 pub(crate) fn make(f: impl FnOnce(*mut *mut sys::koila_tensor) -> *mut sys::koila_status) -> Result<Tensor> {
     let mut out: *mut sys::koila_tensor = ptr::null_mut();
     check(f(&mut out))?;
-    Tensor::from_raw(out).ok_or_else(|| Error::new(Code::Internal, "koila returned success but no tensor"))
+    // SAFETY: on success koila hands the caller a new handle through `out`.
+    unsafe { Tensor::from_raw(out) }.ok_or_else(|| Error::new(Code::Internal, "koila returned success but no tensor"))
 }
 
 pub(crate) fn maybe_ptr(t: Option<&Tensor>) -> *const sys::koila_tensor {
@@ -47,9 +48,11 @@ fn dims_ptr(shape: &[i64]) -> *const i64 {
 }
 
 impl Tensor {
-    /// Takes ownership of a raw handle (None when it is null). The handle must come from
-    /// koila and must not be freed elsewhere.
-    pub fn from_raw(raw: *mut sys::koila_tensor) -> Option<Tensor> {
+    /// Takes ownership of a raw handle (None when it is null).
+    ///
+    /// # Safety
+    /// `raw` must be null or a live handle from koila that nothing else frees.
+    pub unsafe fn from_raw(raw: *mut sys::koila_tensor) -> Option<Tensor> {
         NonNull::new(raw).map(|raw| Tensor { raw })
     }
 
@@ -225,7 +228,8 @@ impl Tensor {
     pub fn grad(&self) -> Result<Option<Tensor>> {
         let mut out: *mut sys::koila_tensor = ptr::null_mut();
         check(unsafe { sys::koila_tensor_grad(&mut out, self.as_ptr()) })?;
-        Ok(Tensor::from_raw(out))
+        // SAFETY: a gradient handle (or null) that the caller owns.
+        Ok(unsafe { Tensor::from_raw(out) })
     }
 
     /// Sets the existing gradient to zero in place.

@@ -232,7 +232,7 @@ fn raw_handles_round_trip() {
     let _g = serial(); // memory figures are process-wide
     let x = t(&[4.0], &[1]);
     let raw = x.into_raw();
-    let back = Tensor::from_raw(raw).unwrap();
+    let back = unsafe { Tensor::from_raw(raw) }.unwrap();
     assert_eq!(back.item().unwrap(), 4.0);
-    assert!(Tensor::from_raw(std::ptr::null_mut()).is_none());
+    assert!(unsafe { Tensor::from_raw(std::ptr::null_mut()) }.is_none());
 }
