@@ -1,0 +1,189 @@
+# TorchScript modules and optimizers.
+
+function TorchModule(path::AbstractString; device::AbstractString = "cpu")
+    out = Ref{Ptr{koila_module}}(C_NULL)
+    @check LibKoila.koila_module_load(out, String(path), _dev(device))
+    return TorchModule(out[])
+end
+
+"""
+    Koila.load(path; device = "cpu") -> TorchModule
+
+Loads a TorchScript module (`KOILA_ERROR_IO`, with the path in the message, when the file
+is missing, unreadable or corrupt).
+"""
+load(path::AbstractString; device::AbstractString = "cpu") = TorchModule(path; device = device)
+
+"""
+    Koila.save(m::TorchModule, path)
+
+Saves the module with its current parameters (`KOILA_ERROR_IO` when the file cannot be
+written).
+"""
+function save(m::TorchModule, path::AbstractString)
+    @check LibKoila.koila_module_save(m, String(path))
+    return nothing
+end
+
+"""
+    forward(m::TorchModule, inputs::Tensor...) -> Tensor
+    m(inputs...)
+
+The result of `m.forward(inputs...)`: lazy when any input is lazy (shape, dtype and batch
+dim known at once; the planner splits it like any op), else computed at once, recording
+gradients. The module must return one tensor. Inputs it rejects throw here, with the
+module's complaint in the message.
+"""
+function forward(m::TorchModule, inputs::Tensor...)
+    ts = Tensor[inputs...]
+    handles = _handles(ts, "forward")
+    out = Ref{Ptr{koila_tensor}}(C_NULL)
+    status = GC.@preserve ts LibKoila.koila_module_forward(out, m, handles, length(handles))
+    @check status
+    return Tensor(out[])
+end
+(m::TorchModule)(inputs::Tensor...) = forward(m, inputs...)
+
+"""
+    train!(m::TorchModule, on = true) -> m
+
+Sets the training flag of the module and its submodules (`train!(m, false)` for
+evaluation); it applies to calls built afterwards.
+"""
+function train!(m::TorchModule, on::Bool = true)
+    @check LibKoila.koila_module_train(m, on)
+    return m
+end
+
+"""
+    istraining(m::TorchModule) -> Bool
+"""
+function istraining(m::TorchModule)
+    r = Ref{Cint}(0)
+    @check LibKoila.koila_module_is_training(m, r)
+    return r[] != 0
+end
+
+"""
+    num_parameters(m::TorchModule) -> Int
+
+The number of parameters of the module and its submodules.
+"""
+function num_parameters(m::TorchModule)
+    r = Ref{Csize_t}(0)
+    @check LibKoila.koila_module_num_parameters(m, r)
+    return Int(r[])
+end
+
+function _check_index(m::TorchModule, i::Integer)
+    n = num_parameters(m)
+    1 <= i <= n || _argerror("parameter index $i: the module has $n parameters (numbered from 1)")
+    return Csize_t(i - 1)
+end
+
+"""
+    parameter(m::TorchModule, i) -> Tensor
+
+The i-th parameter (1-based, in the order of named_parameters()). It aliases the module's
+parameter: gradients from `backward!` and optimizer updates are seen by the module.
+"""
+function parameter(m::TorchModule, i::Integer)
+    out = Ref{Ptr{koila_tensor}}(C_NULL)
+    @check LibKoila.koila_module_parameter(out, m, _check_index(m, i))
+    return Tensor(out[])
+end
+
+"""
+    parameters(m::TorchModule) -> Vector{Tensor}
+
+All parameters, aliasing the module's (see `parameter`).
+"""
+parameters(m::TorchModule) = Tensor[parameter(m, i) for i in 1:num_parameters(m)]
+
+"""
+    parameter_name(m::TorchModule, i) -> String
+
+The dotted name of the i-th parameter (1-based), such as "fc1.weight".
+"""
+function parameter_name(m::TorchModule, i::Integer)
+    k = _check_index(m, i)
+    return _text((buf, cap, needed) -> LibKoila.koila_module_parameter_name(m, k, buf, cap, needed))
+end
+
+"""
+    parameter_names(m::TorchModule) -> Vector{String}
+"""
+parameter_names(m::TorchModule) = String[parameter_name(m, i) for i in 1:num_parameters(m)]
+
+function Base.show(io::IO, m::TorchModule)
+    if !isopen(m)
+        print(io, "TorchModule(<closed>)")
+        return
+    end
+    print(io, "TorchModule(", num_parameters(m), " parameters, ",
+          istraining(m) ? "training" : "evaluation", " mode)")
+end
+
+# ------------------------------------------------------------------------------------------
+# Optimizers
+# ------------------------------------------------------------------------------------------
+
+_param_list(m::TorchModule) = parameters(m)
+_param_list(t::Tensor) = Tensor[t]
+_param_list(ps) = collect(ps)
+
+function _optimizer(f::F, kind::Symbol, params, args...) where {F}
+    ps = _param_list(params)
+    handles = _handles(ps, string(kind))
+    out = Ref{Ptr{koila_optimizer}}(C_NULL)
+    status = GC.@preserve ps f(out, handles, length(handles), args...)
+    @check status
+    return Optimizer(out[], kind)
+end
+
+_nonneg(x::Real, what) = (isfinite(x) && x >= 0) ? Float64(x) :
+    _argerror("$what must be >= 0 and finite, got $x")
+
+"""
+    SGD(params; lr, momentum = 0, weight_decay = 0) -> Optimizer
+
+Stochastic gradient descent as torch.optim.SGD (weight decay is L2, added to the
+gradient). `params`: a vector of concrete floating-point tensors that require grad (each
+at most once), or a `TorchModule` (all its parameters).
+"""
+SGD(params; lr::Real, momentum::Real = 0.0, weight_decay::Real = 0.0) =
+    _optimizer(LibKoila.koila_optimizer_sgd, :SGD, params, _nonneg(lr, "lr"),
+               _nonneg(momentum, "momentum"), _nonneg(weight_decay, "weight_decay"))
+
+"""
+    Adam(params; lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0) -> Optimizer
+
+Adam as torch.optim.Adam (weight decay is L2, not AdamW). `params` as for `SGD`.
+"""
+function Adam(params; lr::Real = 1e-3, betas::Tuple{Real,Real} = (0.9, 0.999), eps::Real = 1e-8,
+              weight_decay::Real = 0.0)
+    for b in betas
+        (isfinite(b) && 0 <= b < 1) || _argerror("Adam: betas must be in [0, 1), got $betas")
+    end
+    return _optimizer(LibKoila.koila_optimizer_adam, :Adam, params, _nonneg(lr, "lr"),
+                      Float64(betas[1]), Float64(betas[2]), _nonneg(eps, "eps"),
+                      _nonneg(weight_decay, "weight_decay"))
+end
+
+"""
+    step!(opt::Optimizer) -> opt
+
+Updates the parameters in place from their gradients (parameters without a gradient are
+skipped).
+"""
+function step!(o::Optimizer)
+    @check LibKoila.koila_optimizer_step(o)
+    return o
+end
+
+function zero_grad!(o::Optimizer)
+    @check LibKoila.koila_optimizer_zero_grad(o)
+    return o
+end
+
+Base.show(io::IO, o::Optimizer) = print(io, o.kind, "(", isopen(o) ? "" : "<closed>", ")")

@@ -1,0 +1,542 @@
+# The tests of the Julia binding. Run from the repository root with
+#
+#     KOILA_LIB=build/libkoila.so KOILA_TEST_MODELS=build/tests/models \
+#         julia --project=bindings/julia/Koila.jl bindings/julia/Koila.jl/test/runtests.jl
+#
+# (ctest runs them as julia.runtests). KOILA_TEST_MODELS is the directory holding mlp.pt,
+# written by koila_make_models; without it the module tests are skipped with a warning.
+
+using Test
+using Koila
+using Koila: LibKoila
+
+# The KoilaError that f() throws, checked for its code (and a fragment of its message).
+function koila_error(f, code; contains = nothing)
+    err = try
+        f()
+        nothing
+    catch e
+        e
+    end
+    @test err isa KoilaError
+    err isa KoilaError || return err
+    @test err.code == code
+    if contains !== nothing
+        @test occursin(contains, err.msg)
+    end
+    return err
+end
+
+@testset "Koila" begin
+
+@testset "library" begin
+    v = Koila.version()
+    @test v == VersionNumber(LibKoila.KOILA_VERSION_MAJOR, LibKoila.KOILA_VERSION_MINOR,
+                             LibKoila.KOILA_VERSION_PATCH)
+    @test !isempty(LibKoila.libkoila_loaded_from[])
+    # Every function of the header was resolved.
+    @test all(ref[] != C_NULL for (_, ref) in LibKoila._FUNCTIONS)
+    @test LibKoila.KOILA_NO_BATCH == typemin(Int64)
+    @test Int(LibKoila.KOILA_ERROR_INTERNAL) == 9
+    @test sizeof(LibKoila.koila_dtype) == sizeof(Cint)
+end
+
+@testset "round trips keep size and logical index" begin
+    A = Float32[1 2 3; 4 5 6]
+    t = Tensor(A)
+    @test size(t) == (2, 3)
+    @test size(t, 1) == 2 && size(t, 2) == 3 && size(t, 3) == 1
+    @test ndims(t) == 2 && length(t) == 6
+    @test eltype(t) == Float32
+    @test !islazy(t) && batchdim(t) === nothing
+    @test Array(t) == A
+    @test collect(t) == A
+    @test t[2, 1] == 4.0f0 && t[1, 3] == 3.0f0
+    @test t[2, 1] isa Float32
+    # koila sees rows: row sums are 6 and 15, column sums 5, 7, 9.
+    @test Array(sum(t; dims = 2)) == Float32[6, 15]
+    @test Array(sum(t; dims = 1)) == Float32[5, 7, 9]
+    @test size(sum(t; dims = 2, keepdims = true)) == (2, 1)
+    # reshape is row-major (torch): 1 2 3 4 5 6 read by rows.
+    @test Array(reshape(t, 3, 2)) == Float32[1 2; 3 4; 5 6]
+    @test Array(reshape(t, :)) == Float32[1, 2, 3, 4, 5, 6]
+    @test Array(flatten(t)) == Float32[1, 2, 3, 4, 5, 6]
+
+    B = reshape(collect(1.0:24.0), 2, 3, 4)       # Float64, 3-D
+    tb = Tensor(B)
+    @test size(tb) == (2, 3, 4) && eltype(tb) == Float64
+    @test Array(tb) == B
+    @test tb[2, 3, 4] == B[2, 3, 4] && tb[1, 2, 3] == B[1, 2, 3]
+    @test Array(tb[2, :, 2:3]) == B[2, :, 2:3]
+    @test Array(tb[:, 1, :]) == B[:, 1, :]
+    @test Array(permutedims(tb, (3, 1, 2))) == permutedims(B, (3, 1, 2))
+    @test Array(transpose(tb, 1, 3)) == permutedims(B, (3, 2, 1))
+
+    M = [1 -2 3; 4 5 -6]
+    for T in (Float64, Float16, Int64, Int32, Int8, UInt8)
+        C = T <: Integer ? map(v -> v % T, M) : T.(M)
+        tc = Tensor(C)
+        @test eltype(tc) == T
+        @test Array(tc) == C
+        @test tc[2, 3] === C[2, 3]
+    end
+    mask = [true false; false true]
+    tm = Tensor(mask)
+    @test eltype(tm) == Bool && Array(tm) == mask
+    @test Array(Tensor(BitArray(mask))) == mask
+    bf = Tensor(BFloat16.(Float32[1.5, -2.0, 0.25]))
+    @test eltype(bf) == BFloat16
+    @test Float32.(Array(bf)) == Float32[1.5, -2.0, 0.25]
+    @test Float32(BFloat16(1.0f0 + 2.0f0^-8)) == 1.0f0                # a tie: to even
+    @test Float32(BFloat16(1.0f0 + 3 * 2.0f0^-8)) == 1.0f0 + 2.0f0^-6   # a tie: to even
+    @test Float32(BFloat16(1.0f0 + 2.0f0^-8 + 2.0f0^-12)) == 1.0f0 + 2.0f0^-7
+
+    s = Tensor(3.5f0)                                   # 0-dimensional
+    @test size(s) == () && ndims(s) == 0
+    @test s[] === 3.5f0 && item(s) == 3.5
+    @test Array(s)[] == 3.5f0
+    e = Tensor(zeros(Float32, 0, 3))
+    @test size(e) == (0, 3) && Array(e) == zeros(Float32, 0, 3)
+    @test Array(Tensor([1.0, 2.0], Float32)) == Float32[1, 2]
+    @test eltype(Tensor([1, 2], Float32)) == Float32
+    v = Tensor(Float32[10, 20, 30])
+    @test v[2] == 20.0f0
+    @test Array(v[2:3]) == Float32[20, 30]
+    @test Array(Tensor(view(Float32[1 2; 3 4], :, 2))) == Float32[2, 4]
+
+    z = Koila.zeros(2, 3)
+    @test eltype(z) == Float32 && Array(z) == zeros(Float32, 2, 3)
+    @test Array(Koila.ones(Int64, 2)) == [1, 1]
+    Koila.manual_seed!(7)
+    r1 = Array(Koila.randn(4, 5))
+    Koila.manual_seed!(7)
+    r2 = Array(Koila.randn((4, 5)))
+    @test r1 == r2 && size(r1) == (4, 5) && eltype(r1) == Float32
+    @test eltype(Koila.randn(Float64, 3)) == Float64
+    @test occursin("Tensor{Float32}(2×3)", sprint(show, z))
+    @test occursin("0", sprint(show, MIME"text/plain"(), z))
+end
+
+@testset "the C test's graph: values, metadata, gradients" begin
+    x = Tensor(Float32[1 -2 3; -4 5 -6])
+    w = Tensor(Float32[0.5 1 2])
+    requires_grad!(w)
+    lx = lazy(x, 1)
+    @test islazy(lx) && batchdim(lx) == 1
+    h = linear(lx, w)         # [2, 1]: 1*.5-2*1+3*2 = 4.5, -4*.5+5-12 = -9
+    r = relu(h)
+    @test size(r) == (2, 1)
+    @test batchdim(r) == 1
+    @test islazy(r)
+    @test eltype(r) == Float32
+    @test Array(r) ≈ reshape(Float32[4.5, 0], 2, 1)
+    loss = sum(r)
+    @test size(loss) == ()
+    @test item(loss) ≈ 4.5
+    backward!(loss)
+    g = grad(w)
+    @test g !== nothing
+    @test Array(g) == Float32[1 -2 3]    # only sample 1 passes the relu
+    @test occursin("4.5", Koila.to_string(loss))
+    @test occursin("lazy, batch dim 1", sprint(show, r))
+    @test occursin("4.5", sprint(show, MIME"text/plain"(), loss))
+    zero_grad!(w)
+    @test Array(g) == zeros(Float32, 1, 3)   # the grad handle aliases the gradient
+    @test grad(x) === nothing
+
+    # Batch dims: negative, none, and lazy on a Julia array.
+    @test batchdim(lazy(x, -1)) == 2
+    @test batchdim(lazy(x, nothing)) === nothing
+    @test islazy(lazy(x, nothing))
+    la = lazy(Float32[1 2; 3 4])
+    @test islazy(la) && batchdim(la) == 1 && Array(la) == Float32[1 2; 3 4]
+    @test Array(evaluate(la)) == Float32[1 2; 3 4] && !islazy(evaluate(la))
+end
+
+@testset "errors are KoilaErrors with their code" begin
+    r = relu(lazy(Tensor(Float32[1 2; 3 4]), 1))
+    koila_error(() -> item(r), KOILA_ERROR_INVALID_ARGUMENT; contains = "exactly one element")
+    koila_error(() -> r[], KOILA_ERROR_INVALID_ARGUMENT; contains = "exactly one element")
+    koila_error(() -> Koila.zeros(2, 3; device = "cuda:99"), KOILA_ERROR_DEVICE)
+    koila_error(() -> Tensor(Float32[1, 2]) .+ Tensor(Float32[1, 2, 3]), KOILA_ERROR_SHAPE)
+    koila_error(() -> Tensor(Float32[1 2; 3 4]) * Tensor(Float32[1, 2, 3]), KOILA_ERROR_SHAPE)
+    koila_error(() -> Koila.randn(Int64, 2, 2), KOILA_ERROR_DTYPE)
+    koila_error(() -> Tensor(Int16[1, 2]), KOILA_ERROR_DTYPE)
+    koila_error(() -> Tensor(Any[1, 2]), KOILA_ERROR_DTYPE)
+    koila_error(() -> Koila.memory_stats("cuda:7"), KOILA_ERROR_DEVICE)
+    koila_error(() -> requires_grad!(lazy(Tensor(Float32[1, 2]), 1)), KOILA_ERROR_INVALID_ARGUMENT)
+    t = Tensor(Float32[1 2; 3 4])
+    koila_error(() -> sum(t; dims = 0), KOILA_ERROR_INVALID_ARGUMENT; contains = "dimension 0")
+    koila_error(() -> softmax(t, 3), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> lazy(t, 0), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> t[3, 1], KOILA_ERROR_INVALID_ARGUMENT; contains = "out of bounds")
+    koila_error(() -> t[1], KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> cross_entropy(t, t; reduction = :avg), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> set_memory_budget!(-1), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> SGD([t]; lr = -1.0), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> Koila.load("/no/such/dir/model.pt"), KOILA_ERROR_IO; contains = "/no/such/dir/model.pt")
+    @test_throws ArgumentError Koila.zeros(2; device = "cp\0u")     # Julia refuses NUL in a C string
+    err = koila_error(() -> Koila.randn(Int8, 1), KOILA_ERROR_DTYPE)
+    @test occursin("KoilaError(KOILA_ERROR_DTYPE)", sprint(showerror, err))
+    # Errors of the raw layer, through @check.
+    out = Ref{Ptr{LibKoila.koila_tensor}}(C_NULL)
+    koila_error(KOILA_ERROR_INVALID_ARGUMENT) do
+        @check LibKoila.koila_add(Ptr{Ptr{LibKoila.koila_tensor}}(0), t, t)
+    end
+    @check LibKoila.koila_tensor_zeros(out, Int64[2, 2], 2, LibKoila.KOILA_FLOAT32, "cpu")
+    @test out[] != C_NULL
+    raw = Tensor(out[])   # takes ownership
+    @test Array(raw) == zeros(Float32, 2, 2)
+end
+
+@testset "close: idempotent, use after close throws, finalizers do not double free" begin
+    t = Tensor(Float32[1, 2, 3])
+    l = lazy(t, 1)
+    e = exp.(l)
+    @test isopen(t)
+    close(t)
+    @test !isopen(t)
+    close(t)                                 # idempotent
+    koila_error(() -> size(t), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> Array(t), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> t + t, KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> t .* 2, KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> cat(t, t; dims = 1), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> lazy(t), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    @test sprint(show, t) == "Tensor(<closed>)"
+    # What was built from t still works (it keeps what it reads alive).
+    @test Array(e) ≈ exp.(Float32[1, 2, 3])
+    close(l)
+    @test Array(e) ≈ exp.(Float32[1, 2, 3])
+
+    p = Plan(sum(e))
+    close(p)
+    close(p)
+    koila_error(() -> num_chunks(p), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+    koila_error(() -> describe(p), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+
+    w = requires_grad!(Tensor(Float32[1, 2]))
+    o = SGD([w]; lr = 0.1)
+    close(o)
+    close(o)
+    koila_error(() -> step!(o), KOILA_ERROR_INVALID_ARGUMENT; contains = "closed")
+
+    # Many handles left to the garbage collector, some closed first.
+    for k in 1:200
+        a = Tensor(rand(Float32, 8, 8))
+        b = lazy(a, 1) .* 2 .+ 1
+        iseven(k) && close(a)
+        c = sum(b)
+        k % 3 == 0 && close(c)
+    end
+    GC.gc(true)
+    GC.gc(true)
+    @test true
+end
+
+@testset "operators and broadcasting" begin
+    A = Float32[1 -2 3; -4 5 -6]
+    B = Float32[0.5 1 2; 3 -1 0.25]
+    a, b = Tensor(A), Tensor(B)
+    @test Array(a + b) == A + B
+    @test Array(a - b) == A - B
+    @test Array(-a) == -A
+    @test Array(a .* b) == A .* B
+    @test Array(a ./ b) ≈ A ./ B
+    @test Array(a .+ 1) == A .+ 1
+    @test Array(1 .- a) == 1 .- A
+    @test Array(2 .* a) == 2 .* A
+    @test Array(a * 2) == A * 2 && Array(2a) == 2A
+    @test Array(a / 2) == A / 2
+    @test Array(2 ./ b) ≈ 2 ./ B
+    @test Array(a .^ 2) == A .^ 2
+    @test Array(abs.(a) .^ 0.5f0) ≈ abs.(A) .^ 0.5f0
+    @test Array(exp.(a)) ≈ exp.(A)
+    @test Array(exp(a)) ≈ exp.(A)                      # elementwise, not a matrix exponential
+    @test Array(log.(abs.(a))) ≈ log.(abs.(A))
+    @test Array(sqrt.(abs.(a))) ≈ sqrt.(abs.(A))
+    @test Array(sin.(a)) ≈ sin.(A) && Array(cos.(a)) ≈ cos.(A) && Array(tanh.(a)) ≈ tanh.(A)
+    @test Array((v -> 2v + 1).(a)) == 2 .* A .+ 1
+    @test Array(relu.(a .* b .+ 1)) == max.(A .* B .+ 1, 0)
+    @test Array(max.(a, 0)) == max.(A, 0) && Array(min.(a, b)) == min.(A, B)
+    @test Array(max(a, b)) == max.(A, B)
+    @test Array(clamp.(a, -1, 2)) == clamp.(A, -1, 2)
+    @test Array(clamp(a, -1, 2)) == clamp.(A, -1, 2)
+    gt0 = a .> 0
+    @test eltype(gt0) == Bool && Array(gt0) == (A .> 0)
+    @test Array(a .== b) == (A .== B)
+    @test Array(a .!= 3) == (A .!= 3)
+    @test Array(a .<= b) == (A .<= B) && Array(a .>= 0) == (A .>= 0) && Array(0 .< a) == (0 .< A)
+    @test Array(a .+ Float32[10, 20, 30]') == A .+ Float32[10, 20, 30]'   # a Julia array joins in
+    # PyTorch broadcasting: a (3,) row vector applies to each row.
+    @test Array(a .+ Tensor(Float32[10, 20, 30])) == A .+ Float32[10, 20, 30]'
+    @test Array(sigmoid(a)) ≈ 1 ./ (1 .+ exp.(-A))
+    @test Array(rsqrt(abs(a))) ≈ 1 ./ sqrt.(abs.(A))
+    @test Array(leaky_relu(a, 0.1)) ≈ ifelse.(A .> 0, A, 0.1f0 .* A)
+    @test size(gelu(a)) == (2, 3) && size(silu(a)) == (2, 3)
+    # Lazy inputs give lazy results with the same values.
+    la = lazy(a, 1)
+    y = relu.(la .* b .+ 1)
+    @test islazy(y) && batchdim(y) == 1
+    @test Array(y) == max.(A .* B .+ 1, 0)
+    @test Array(dropout(a, 0.5; train = false)) == A
+    d = Array(dropout(Koila.ones(1000), 0.5))
+    @test all(v -> v == 0 || v == 2, d) && 300 < count(iszero, d) < 700
+end
+
+@testset "ops" begin
+    A = Float32[1 2; 3 4; 5 6]                 # 3×2
+    W = Float32[1 0; 0 1; 1 1]                 # 3×2: out 3, in 2
+    a, w = Tensor(A), Tensor(W)
+    @test Array(a * Tensor(Float32[1 0; 0 1])) == A
+    @test Array(matmul(a, w')) == A * W'
+    @test Array(a * transpose(w)) == A * W'
+    @test Array(linear(a, w)) == A * W'
+    @test Array(linear(a, w, Tensor(Float32[1, 2, 3]))) == A * W' .+ Float32[1 2 3]
+    sm = Array(softmax(a, 2))
+    @test sm ≈ exp.(A) ./ sum(exp.(A); dims = 2)
+    @test Array(softmax(a; dims = -1)) ≈ sm
+    @test Array(log_softmax(a, 1)) ≈ log.(exp.(A) ./ sum(exp.(A); dims = 1))
+    @test Array(sum(a)) == fill(21.0f0) && item(sum(a)) == 21
+    @test Array(Koila.mean(a; dims = 1)) ≈ Float32[3, 4]
+    @test Array(maximum(a; dims = 2)) == Float32[2, 4, 6] && item(maximum(a)) == 6
+    @test Array(minimum(a; dims = 1)) == Float32[1, 2] && Array(amin(a; dims = (1, 2))) == fill(1.0f0)
+    @test Array(amax(a; dims = 1, keepdims = true)) == Float32[5 6]
+    am = argmax(Tensor(Float32[1 9 3; 7 2 4]); dims = 2)
+    @test eltype(am) == Int64 && Array(am) == [1, 0]       # 0-based positions
+    @test item(argmax(Tensor(Float32[1 9 3; 7 2 4]))) == 1
+    @test Array(vcat(a, a)) == vcat(A, A)
+    @test Array(hcat(a, a)) == hcat(A, A)
+    @test Array(cat(a, a; dims = 2)) == hcat(A, A)
+    st = stack([a, a]; dims = 1)
+    @test size(st) == (2, 3, 2) && Array(st)[2, :, :] == A
+    @test size(stack((a, a, a); dims = 3)) == (3, 2, 3)
+    @test Array(narrow(a, 1, 2, 2)) == A[2:3, :]
+    @test Array(narrow(a, 2, -1, 1)) == A[:, 2:2]
+    @test Array(index_select(a, 1, [3, 1])) == A[[3, 1], :]
+    @test Array(index_select(a, 1, Tensor([2, 0]))) == A[[3, 1], :]     # tensor values are 0-based
+    @test size(unsqueeze(a, 1)) == (1, 3, 2) && size(unsqueeze(a, -1)) == (3, 2, 1)
+    @test size(squeeze(unsqueeze(a, 2), 2)) == (3, 2) && size(squeeze(a, 1)) == (3, 2)
+    @test size(flatten(Koila.zeros(2, 3, 4), 2)) == (2, 12)
+    @test size(flatten(Koila.zeros(2, 3, 4), 1, 2)) == (6, 4)
+    @test Array(permutedims(a, (2, 1))) == permutedims(A) && Array(a') == permutedims(A)
+
+    # Convolution and pooling (shapes, and a value computed by hand).
+    x = Tensor(reshape(Float32.(1:16), 1, 1, 4, 4))
+    k = Koila.ones(1, 1, 2, 2)
+    c = conv2d(x, k)
+    @test size(c) == (1, 1, 3, 3)
+    X = Array(x)[1, 1, :, :]
+    @test Array(c)[1, 1, 1, 1] == sum(X[1:2, 1:2])
+    @test size(conv2d(x, k; stride = 2, padding = 1)) == (1, 1, 3, 3)
+    @test size(conv1d(Koila.zeros(2, 3, 10), Koila.zeros(4, 3, 3), Koila.zeros(4); padding = 1)) == (2, 4, 10)
+    @test Array(max_pool2d(x, 2))[1, 1, :, :] == [maximum(X[i:i+1, j:j+1]) for i in (1, 3), j in (1, 3)]
+    @test size(avg_pool2d(x, (2, 2); stride = 1)) == (1, 1, 3, 3)
+    @test Array(adaptive_avg_pool2d(x, 1))[] ≈ sum(X) / 16
+    koila_error(() -> conv2d(x, k; stride = (1, 2, 3)), KOILA_ERROR_INVALID_ARGUMENT)
+
+    # Normalization and embedding.
+    ln = Array(layer_norm(a, 2; eps = 0.0))
+    @test ln ≈ Float32[-1 1; -1 1; -1 1] atol = 1e-5
+    bn = batch_norm(Koila.randn(8, 4); training = true)
+    @test size(bn) == (8, 4)
+    @test maximum(abs.(Array(Koila.mean(bn; dims = 1)))) < 1e-5
+    E = Tensor(Float32[1 1; 2 2; 3 3; 4 4])
+    @test Array(embedding(E, Tensor([3 0; 1 1]))) == reshape(Float32[4, 2, 1, 2, 4, 2, 1, 2], 2, 2, 2)
+
+    # Losses.
+    P, Q = Float32[1 2; 3 4], Float32[1 0; 0 1]
+    @test item(mse_loss(Tensor(P), Tensor(Q))) ≈ sum((P .- Q) .^ 2) / 4
+    @test item(l1_loss(Tensor(P), Tensor(Q); reduction = :sum)) ≈ sum(abs.(P .- Q))
+    @test size(mse_loss(Tensor(P), Tensor(Q); reduction = :none)) == (2, 2)
+    logits = Float32[2 1 0; 0 1 3]
+    labels = [0, 2]                                   # 0-based class indices
+    lse = log.(sum(exp.(logits); dims = 2))
+    expected = -(logits[1, 1] - lse[1] + logits[2, 3] - lse[2]) / 2
+    @test item(cross_entropy(Tensor(logits), Tensor(labels))) ≈ expected
+    @test item(nll_loss(log_softmax(Tensor(logits), 2), Tensor(labels))) ≈ expected
+    bce = item(binary_cross_entropy_with_logits(Tensor(Float32[0, 2]), Tensor(Float32[1, 0])))
+    @test bce ≈ (log(2) + log(1 + exp(2))) / 2 rtol = 1e-5
+
+    # Attention: with one key, the output is its value.
+    q = Koila.randn(2, 4, 8)
+    kk = Koila.randn(2, 1, 8)
+    vv = Koila.randn(2, 1, 5)
+    at = scaled_dot_product_attention(q, kk, vv)
+    @test size(at) == (2, 4, 5)
+    @test Array(at) ≈ repeat(Array(vv), 1, 4, 1)
+    @test size(scaled_dot_product_attention(q, q, q; causal = true)) == (2, 4, 8)
+end
+
+@testset "memory budget and plans (as the C test)" begin
+    GC.gc()   # so that no finalizer frees a tensor between the next two calls
+    Koila.memory_reset_peak!()
+    st = memory_stats()
+    @test st.peak >= st.current
+    b = Tensor(fill(1.0f0, 64, 16))
+    @test memory_stats().current >= 64 * 16 * 4
+    total = sum(exp.(lazy(b, 1)))
+    budget = memory_budget()
+    current = memory_stats().current
+    @test budget > current
+    plan = Plan(total, :forward)
+    @test batch_size(plan) == 64
+    @test chunk_size(plan) == 64
+    @test num_chunks(plan) == 1
+    @test peak_bytes(plan) >= current
+    @test peak_bytes(plan) == full_peak_bytes(plan)
+    @test budget_bytes(plan) > 0
+    @test occursin("batch 64", describe(plan))
+    @test occursin("batch 64", sprint(show, plan))
+    @test item(total) ≈ 64 * 16 * exp(1.0) rtol = 1e-5
+    noplan = Plan(sum(Tensor(Float32[1, 2])))
+    @test batch_size(noplan) === nothing && chunk_size(noplan) === nothing && num_chunks(noplan) == 1
+    try
+        set_memory_budget!(1)
+        koila_error(() -> item(total), KOILA_ERROR_OUT_OF_MEMORY)
+        koila_error(() -> Plan(total, :forward), KOILA_ERROR_OUT_OF_MEMORY)
+    finally
+        set_memory_budget!(0)
+    end
+    @test item(total) ≈ 64 * 16 * exp(1.0) rtol = 1e-5
+    koila_error(() -> Plan(total, :backwards), KOILA_ERROR_INVALID_ARGUMENT)
+end
+
+@testset "optimizers against hand-written updates" begin
+    w = requires_grad!(Tensor(Float32[1, -2, 3]))
+    loss = sum(w .* w)                      # gradient 2w
+    backward!(loss)
+    @test Array(grad(w)) == Float32[2, -4, 6]
+    opt = SGD([w]; lr = 0.1)
+    step!(opt)
+    @test Array(w) ≈ Float32[1, -2, 3] .* 0.8f0
+    zero_grad!(opt)
+    @test Array(grad(w)) == zeros(Float32, 3)
+
+    # SGD with momentum and weight decay, two steps, as torch.optim.SGD.
+    w0 = Float32[0.5, -1.5]
+    v = requires_grad!(Tensor(w0))
+    opt = SGD([v]; lr = 0.1, momentum = 0.9, weight_decay = 0.01)
+    expected = copy(w0)
+    buf = zeros(Float32, 2)
+    for k in 1:2
+        zero_grad!(opt)
+        backward!(sum(v .* v))
+        g = 2 .* expected .+ 0.01f0 .* expected
+        buf = k == 1 ? g : 0.9f0 .* buf .+ g
+        expected = expected .- 0.1f0 .* buf
+        step!(opt)
+    end
+    @test Array(v) ≈ expected rtol = 1e-5
+
+    # Adam's first step moves each parameter by lr against the sign of its gradient.
+    u = requires_grad!(Tensor(Float32[1, -2, 3]))
+    opt = Adam([u]; lr = 0.01)
+    backward!(sum(u .* u))
+    step!(opt)
+    @test Array(u) ≈ Float32[1, -2, 3] .- 0.01f0 .* sign.(Float32[1, -2, 3]) rtol = 1e-4
+    koila_error(() -> Adam([u]; betas = (0.9, 1.0)), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> SGD([u, 1.0]; lr = 0.1), KOILA_ERROR_INVALID_ARGUMENT; contains = "not a Tensor")
+end
+
+@testset "chunked training: gradients equal the unsplit run's" begin
+    Koila.manual_seed!(1)
+    n, din, dh, dout = 2048, 64, 256, 10
+    data = Koila.randn(n, din)
+    labels = Tensor(Int64[k % dout for k in 0:n-1])
+    W1 = requires_grad!(Koila.randn(dh, din) .* 0.1)
+    b1 = requires_grad!(Koila.zeros(dh))
+    W2 = requires_grad!(Koila.randn(dout, dh) .* 0.1)
+    params = [W1, b1, W2]
+    x, y = lazy(data, 1), lazy(labels, 1)
+    loss = cross_entropy(linear(relu(linear(x, W1, b1)), W2), y)
+    @test islazy(loss) && size(loss) == ()
+
+    @test num_chunks(Plan(loss, :training)) == 1
+    backward!(loss)
+    unsplit = [Array(grad(p)) for p in params]
+    foreach(zero_grad!, params)
+
+    # A quarter of what the unsplit run needs beyond what is in use now.
+    GC.gc()
+    full = Plan(loss, :training)
+    @test num_chunks(full) == 1
+    current = memory_stats().current
+    fullpeak = full_peak_bytes(full)
+    @test fullpeak > current
+    try
+        set_memory_budget!(current + (fullpeak - current) ÷ 4)
+        plan = Plan(loss, :training)
+        @test num_chunks(plan) > 1
+        @test chunk_size(plan) < n
+        @test peak_bytes(plan) < fullpeak
+        backward!(loss)
+        for (p, g) in zip(params, unsplit)
+            @test Array(grad(p)) ≈ g rtol = 1e-4 atol = 1e-6
+        end
+    finally
+        set_memory_budget!(0)
+    end
+end
+
+models = get(ENV, "KOILA_TEST_MODELS", "")
+if isempty(models) || !isfile(joinpath(models, "mlp.pt"))
+    @warn "KOILA_TEST_MODELS is not set to a directory holding mlp.pt: module tests skipped"
+else
+@testset "TorchScript module (as the C test)" begin
+    missingpath = joinpath(models, "no-such-model.pt")
+    koila_error(() -> TorchModule(missingpath), KOILA_ERROR_IO; contains = missingpath)
+
+    m = TorchModule(joinpath(models, "mlp.pt"))
+    @test num_parameters(m) == 4
+    @test parameter_name(m, 1) == "fc1.weight"
+    @test parameter_names(m) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    params = parameters(m)
+    @test length(params) == 4
+    @test size(params[1]) == (256, 784) && size(params[4]) == (10,)
+    koila_error(() -> parameter(m, 0), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> parameter(m, 5), KOILA_ERROR_INVALID_ARGUMENT)
+    @test istraining(m)
+    @test occursin("4 parameters", sprint(show, m))
+
+    Koila.manual_seed!(0)
+    data = Koila.randn(48, 784)
+    labels = Tensor(Int64[k % 10 for k in 0:47])
+    x, y = lazy(data, 1), lazy(labels, 1)
+    logits = m(x)
+    @test size(logits) == (48, 10)
+    @test batchdim(logits) == 1 && islazy(logits)
+    loss = cross_entropy(logits, y)
+    opt = Adam(params; lr = 1e-3)
+    values = Float64[]
+    for step in 1:5
+        zero_grad!(opt)
+        push!(values, item(loss))
+        backward!(loss)
+        step!(opt)
+    end
+    @test values[end] < values[1]
+    @test grad(params[1]) !== nothing
+    koila_error(() -> forward(m, x, x), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> m(lazy(Koila.randn(4, 3), 1)), KOILA_ERROR_SHAPE)
+
+    # Saved with the trained parameters.
+    saved = joinpath(mktempdir(), "julia-trained.pt")
+    Koila.save(m, saved)
+    again = Koila.load(saved)
+    @test item(amax(abs.(again(x) .- logits))) == 0.0
+    train!(m, false)
+    @test !istraining(m)
+    # An optimizer built from the module itself.
+    sgd = SGD(m; lr = 0.01)
+    zero_grad!(sgd)
+    @test all(p -> grad(p) === nothing || all(iszero, Array(grad(p))), parameters(m))
+
+    # Any order of closing.
+    close(m); close(again); close(opt); close(sgd)
+    @test size(logits) == (48, 10)
+    @test isfinite(item(loss))
+end
+end
+
+end # @testset "Koila"
