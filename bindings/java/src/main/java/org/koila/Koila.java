@@ -1,0 +1,66 @@
+package org.koila;
+
+import org.koila.raw.KoilaNative;
+
+/**
+ * Library-wide functions: version, random seed, and the memory budget and measurements of a
+ * device.
+ *
+ * <p>Devices are strings: {@code "cpu"}, {@code "cuda"}, {@code "cuda:N"}. Byte counts are
+ * {@code long}s (the C side uses unsigned 64-bit integers; no real count reaches 2^63).
+ */
+public final class Koila {
+  /** Major version of the C API this binding was built against. */
+  public static final int VERSION_MAJOR = KoilaNative.KOILA_VERSION_MAJOR;
+  /** Minor version of the C API this binding was built against. */
+  public static final int VERSION_MINOR = KoilaNative.KOILA_VERSION_MINOR;
+  /** Patch version of the C API this binding was built against. */
+  public static final int VERSION_PATCH = KoilaNative.KOILA_VERSION_PATCH;
+
+  private Koila() {}
+
+  /** The version of the loaded native library, for example {@code "0.1.0"}. */
+  public static String version() {
+    return KoilaNative.koila_version();
+  }
+
+  /** Seeds every random generator koila uses (randn, dropout) on every device. */
+  public static void manualSeed(long seed) {
+    KoilaException.check(KoilaNative.koila_manual_seed(seed));
+  }
+
+  /**
+   * Sets the bytes koila may use on a device. Reads and backward passes of lazy batches run
+   * in chunks to stay within it. Thread-safe.
+   *
+   * @param device "cpu", "cuda" or "cuda:N"
+   * @param bytes the budget, or 0 for the automatic one (what is in use plus the device's free
+   *     memory, less a tenth of that free memory)
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} for a negative budget,
+   *     {@link Code#DEVICE} for an unknown or unavailable device
+   */
+  public static void setMemoryBudget(String device, long bytes) {
+    if (bytes < 0) throw KoilaException.invalid("a memory budget is >= 0 bytes (0: automatic), not " + bytes);
+    KoilaException.check(KoilaNative.koila_set_memory_budget(device, bytes));
+  }
+
+  /** The budget in force on a device, in bytes (the automatic one resolved now). */
+  public static long memoryBudget(String device) {
+    long[] out = new long[1];
+    KoilaException.check(KoilaNative.koila_memory_budget(device, out));
+    return out[0];
+  }
+
+  /** Bytes held by tensors on a device now, and the most held at once since the last reset. */
+  public static MemoryStats memoryStats(String device) {
+    long[] current = new long[1];
+    long[] peak = new long[1];
+    KoilaException.check(KoilaNative.koila_memory_stats(device, current, peak));
+    return new MemoryStats(current[0], peak[0]);
+  }
+
+  /** Starts a new peak measurement on a device: the peak becomes the current usage. */
+  public static void memoryResetPeak(String device) {
+    KoilaException.check(KoilaNative.koila_memory_reset_peak(device));
+  }
+}

@@ -1,0 +1,1399 @@
+package org.koila;
+
+import java.lang.ref.Reference;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.List;
+import org.koila.raw.KoilaNative;
+
+/**
+ * A koila tensor: concrete (holding values) or lazy (a recipe evaluated when read).
+ *
+ * <p>Wrap the input batch with {@link #lazy(long)} and everything computed from it is
+ * deferred: shapes, dtypes and batch dims are known at once (and errors are reported when an
+ * operation is built), values are computed when read ({@link #item()}, {@link #toFloatArray()},
+ * ...) or backpropagated ({@link #backward()}), in chunks of the batch when the whole batch
+ * does not fit the device's memory budget.
+ *
+ * <pre>{@code
+ * try (Tensor x = Tensor.fromFloats(data, 64, 784); Tensor batch = x.lazy(0)) {
+ *   Tensor loss = model.forward(batch).crossEntropy(labels, Reduction.MEAN);
+ *   loss.backward();        // split into chunks if 64 samples do not fit at once
+ * }
+ * }</pre>
+ *
+ * <p><b>Ownership.</b> Every tensor this API returns is a new handle owned by the caller;
+ * {@link #close()} frees it (try-with-resources). Handles may be closed in any order: a
+ * tensor keeps alive the graph it depends on, so closing an input of a lazy result is safe.
+ * Using a closed tensor, or passing one as an argument, throws a {@link KoilaException} with
+ * {@link Code#INVALID_ARGUMENT}. A tensor that is never closed is freed when the garbage
+ * collector finds it unreachable; the collector does not see the native memory, so close
+ * large tensors explicitly.
+ *
+ * <p><b>Threads.</b> A tensor may move between threads but must not be used from two threads
+ * at once (including closing it while another thread uses it).
+ *
+ * <p><b>Errors.</b> Every failure throws a {@link KoilaException} carrying a {@link Code}:
+ * {@link Code#SHAPE} and {@link Code#DTYPE} when an operation is built on inputs it does not
+ * take, {@link Code#OUT_OF_MEMORY} or {@link Code#NOT_SPLITTABLE} when a read or a backward pass
+ * cannot fit the budget, {@link Code#INVALID_ARGUMENT} for null or closed tensors and bad
+ * values.
+ *
+ * <p>Operations broadcast and promote dtypes as PyTorch does; dims may be negative (counting
+ * from the end). The result of an operation is lazy when any input is lazy, else computed at
+ * once.
+ */
+public final class Tensor extends NativeHandle {
+  /** Passed to {@link #lazy(long)}: defer the tensor but give it no batch dimension. */
+  public static final long NO_BATCH = KoilaNative.KOILA_NO_BATCH;
+
+  /** The device factories use when none is given. */
+  public static final String DEFAULT_DEVICE = "cpu";
+
+  private static final ByteOrder NATIVE = ByteOrder.nativeOrder();
+  private static final long[] SCALAR = new long[0];
+
+  private Tensor(long address) {
+    super(address, KoilaNative::koila_tensor_free);
+  }
+
+  @Override
+  String kind() {
+    return "tensor";
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Calls into C
+  // ---------------------------------------------------------------------------------------
+
+  /** A raw call that writes a new tensor handle to {@code out[0]} and returns a status. */
+  @FunctionalInterface
+  interface Producer {
+    long call(long[] out);
+  }
+
+  /**
+   * Runs {@code producer} and wraps the tensor it returns, keeping {@code inputs} (the handles
+   * whose addresses it passes) reachable until the call has returned.
+   */
+  static Tensor produce(Producer producer, Object... inputs) {
+    long[] out = new long[1];
+    try {
+      KoilaException.check(producer.call(out));
+    } finally {
+      Reference.reachabilityFence(inputs);
+    }
+    return new Tensor(out[0]);
+  }
+
+  /** As {@link #produce}, but null when the call returns no tensor. */
+  static Tensor produceOptional(Producer producer, Object... inputs) {
+    long[] out = new long[1];
+    try {
+      KoilaException.check(producer.call(out));
+    } finally {
+      Reference.reachabilityFence(inputs);
+    }
+    return out[0] == 0 ? null : new Tensor(out[0]);
+  }
+
+  /** The handles of {@code tensors}: throws for a null array, a null or a closed tensor. */
+  static long[] addresses(Tensor[] tensors, String name) {
+    if (tensors == null) throw KoilaException.invalid("argument '" + name + "' is null");
+    long[] out = new long[tensors.length];
+    for (int i = 0; i < tensors.length; ++i) out[i] = required(tensors[i], name + "[" + i + "]");
+    return out;
+  }
+
+  private static long[] shapeArg(long[] shape) {
+    if (shape == null) throw KoilaException.invalid("argument 'shape' is null (an empty array is a scalar)");
+    return shape;
+  }
+
+  private static long[] longsArg(long[] values, String name) {
+    if (values == null) throw KoilaException.invalid("argument '" + name + "' is null");
+    return values;
+  }
+
+  /**
+   * Checks a convolution or pooling parameter: null (the default), one value (for every
+   * spatial dim, as an int in PyTorch) or {@code n} values.
+   */
+  private static long[] sizesArg(long[] values, int n, String name) {
+    if (values != null && values.length != 1 && values.length != n) {
+      throw KoilaException.invalid("argument '" + name + "' takes " + (n == 1 ? "1 value" : "1 or " + n + " values")
+          + ", got " + values.length + " " + Arrays.toString(values));
+    }
+    return values;
+  }
+
+  private static DType dtypeArg(DType dtype) {
+    if (dtype == null) throw KoilaException.invalid("argument 'dtype' is null");
+    return dtype;
+  }
+
+  private static long numelOf(long[] shape) {
+    long n = 1;
+    for (long d : shape) {
+      if (d < 0) return -1;
+      n = Math.multiplyExact(n, d);
+    }
+    return n;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Factories
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * A concrete tensor holding a copy of raw bytes: row-major elements of {@code dtype} in the
+   * platform's byte order ({@link ByteOrder#nativeOrder()}).
+   *
+   * @param data {@code numel * dtype.elementSize()} bytes
+   * @param dtype the element type
+   * @param shape the sizes (an empty array for a scalar)
+   * @param device "cpu", "cuda" or "cuda:N"
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} when the byte count does not match the
+   *     shape, {@link Code#DEVICE} for an unknown device
+   */
+  public static Tensor fromData(byte[] data, DType dtype, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    int value = dtypeArg(dtype).value();
+    long[] dims = shapeArg(shape);
+    return produce(out -> KoilaNative.koila_tensor_from_data(out, data, value, dims, device));
+  }
+
+  /** Checks that {@code count} values fill {@code shape}. */
+  private static void checkCount(String what, int count, long[] shape) {
+    long[] dims = shapeArg(shape);
+    long numel;
+    try {
+      numel = numelOf(dims);
+    } catch (ArithmeticException e) {
+      numel = -1;
+    }
+    if (numel >= 0 && numel != count) {
+      throw KoilaException.invalid(
+          what + ": " + count + " values but shape " + Arrays.toString(dims) + " has " + numel + " elements");
+    }
+  }
+
+  private static ByteBuffer buffer(int count, int size) {
+    if (count > (Integer.MAX_VALUE - 8) / size) {
+      throw new KoilaException(Code.UNSUPPORTED, count + " values of " + size + " bytes exceed a Java byte array;"
+          + " build the tensor from parts with cat");
+    }
+    return ByteBuffer.allocate(count * size).order(NATIVE);
+  }
+
+  /** A FLOAT32 tensor on the CPU holding a copy of {@code data} (row-major) with the given shape. */
+  public static Tensor fromFloats(float[] data, long... shape) {
+    return fromFloats(data, shape, DType.FLOAT32, DEFAULT_DEVICE);
+  }
+
+  /** A FLOAT32 tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromFloats(float[] data, long[] shape, String device) {
+    return fromFloats(data, shape, DType.FLOAT32, device);
+  }
+
+  /**
+   * A floating tensor holding {@code data} (row-major) converted to {@code dtype}: FLOAT32,
+   * FLOAT64, FLOAT16 or BFLOAT16 (rounded to nearest even).
+   *
+   * @throws KoilaException {@link Code#DTYPE} for an integer dtype
+   */
+  public static Tensor fromFloats(float[] data, long[] shape, DType dtype, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromFloats", data.length, shape);
+    ByteBuffer bytes;
+    switch (dtypeArg(dtype)) {
+      case FLOAT32:
+        bytes = buffer(data.length, 4);
+        bytes.asFloatBuffer().put(data);
+        break;
+      case FLOAT64:
+        bytes = buffer(data.length, 8);
+        for (int i = 0; i < data.length; ++i) bytes.putDouble(8 * i, data[i]);
+        break;
+      case FLOAT16:
+        bytes = buffer(data.length, 2);
+        for (int i = 0; i < data.length; ++i) bytes.putShort(2 * i, Half.fromFloat(data[i]));
+        break;
+      case BFLOAT16:
+        bytes = buffer(data.length, 2);
+        for (int i = 0; i < data.length; ++i) bytes.putShort(2 * i, Half.bfloat16FromFloat(data[i]));
+        break;
+      default:
+        throw new KoilaException(Code.DTYPE, "fromFloats makes floating tensors, not " + dtype);
+    }
+    return fromData(bytes.array(), dtype, shape, device);
+  }
+
+  /** A FLOAT64 tensor on the CPU holding a copy of {@code data} (row-major). */
+  public static Tensor fromDoubles(double[] data, long... shape) {
+    return fromDoubles(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** A FLOAT64 tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromDoubles(double[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromDoubles", data.length, shape);
+    ByteBuffer bytes = buffer(data.length, 8);
+    bytes.asDoubleBuffer().put(data);
+    return fromData(bytes.array(), DType.FLOAT64, shape, device);
+  }
+
+  /** An INT64 tensor on the CPU holding a copy of {@code data} (row-major). */
+  public static Tensor fromLongs(long[] data, long... shape) {
+    return fromLongs(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** An INT64 tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromLongs(long[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromLongs", data.length, shape);
+    ByteBuffer bytes = buffer(data.length, 8);
+    bytes.asLongBuffer().put(data);
+    return fromData(bytes.array(), DType.INT64, shape, device);
+  }
+
+  /** An INT32 tensor on the CPU holding a copy of {@code data} (row-major). */
+  public static Tensor fromInts(int[] data, long... shape) {
+    return fromInts(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** An INT32 tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromInts(int[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromInts", data.length, shape);
+    ByteBuffer bytes = buffer(data.length, 4);
+    bytes.asIntBuffer().put(data);
+    return fromData(bytes.array(), DType.INT32, shape, device);
+  }
+
+  /** An INT8 tensor on the CPU holding a copy of {@code data} (row-major). */
+  public static Tensor fromBytes(byte[] data, long... shape) {
+    return fromBytes(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** An INT8 tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromBytes(byte[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromBytes", data.length, shape);
+    return fromData(data, DType.INT8, shape, device);
+  }
+
+  /** A UINT8 tensor on the CPU holding a copy of {@code data} (each byte read as 0 to 255). */
+  public static Tensor fromUnsignedBytes(byte[] data, long... shape) {
+    return fromUnsignedBytes(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** A UINT8 tensor on {@code device} holding a copy of {@code data} (each byte read as 0 to 255). */
+  public static Tensor fromUnsignedBytes(byte[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromUnsignedBytes", data.length, shape);
+    return fromData(data, DType.UINT8, shape, device);
+  }
+
+  /** A BOOL tensor on the CPU holding a copy of {@code data} (row-major). */
+  public static Tensor fromBooleans(boolean[] data, long... shape) {
+    return fromBooleans(data, shape, DEFAULT_DEVICE);
+  }
+
+  /** A BOOL tensor on {@code device} holding a copy of {@code data} (row-major). */
+  public static Tensor fromBooleans(boolean[] data, long[] shape, String device) {
+    if (data == null) throw KoilaException.invalid("argument 'data' is null");
+    checkCount("fromBooleans", data.length, shape);
+    byte[] bytes = new byte[data.length];
+    for (int i = 0; i < data.length; ++i) bytes[i] = (byte) (data[i] ? 1 : 0);
+    return fromData(bytes, DType.BOOL, shape, device);
+  }
+
+  /** A FLOAT32 tensor of zeros on the CPU. */
+  public static Tensor zeros(long... shape) {
+    return zeros(shape, DType.FLOAT32, DEFAULT_DEVICE);
+  }
+
+  /** A tensor of zeros on the CPU. */
+  public static Tensor zeros(long[] shape, DType dtype) {
+    return zeros(shape, dtype, DEFAULT_DEVICE);
+  }
+
+  /** A tensor of zeros. */
+  public static Tensor zeros(long[] shape, DType dtype, String device) {
+    long[] dims = shapeArg(shape);
+    int value = dtypeArg(dtype).value();
+    return produce(out -> KoilaNative.koila_tensor_zeros(out, dims, value, device));
+  }
+
+  /** A FLOAT32 tensor of ones on the CPU. */
+  public static Tensor ones(long... shape) {
+    return ones(shape, DType.FLOAT32, DEFAULT_DEVICE);
+  }
+
+  /** A tensor of ones on the CPU. */
+  public static Tensor ones(long[] shape, DType dtype) {
+    return ones(shape, dtype, DEFAULT_DEVICE);
+  }
+
+  /** A tensor of ones. */
+  public static Tensor ones(long[] shape, DType dtype, String device) {
+    long[] dims = shapeArg(shape);
+    int value = dtypeArg(dtype).value();
+    return produce(out -> KoilaNative.koila_tensor_ones(out, dims, value, device));
+  }
+
+  /** A FLOAT32 tensor of standard normal samples on the CPU (see {@link Koila#manualSeed}). */
+  public static Tensor randn(long... shape) {
+    return randn(shape, DType.FLOAT32, DEFAULT_DEVICE);
+  }
+
+  /** A tensor of standard normal samples on the CPU; floating dtypes only. */
+  public static Tensor randn(long[] shape, DType dtype) {
+    return randn(shape, dtype, DEFAULT_DEVICE);
+  }
+
+  /**
+   * A tensor of standard normal samples.
+   *
+   * @throws KoilaException {@link Code#DTYPE} for a dtype that is not floating
+   */
+  public static Tensor randn(long[] shape, DType dtype, String device) {
+    long[] dims = shapeArg(shape);
+    int value = dtypeArg(dtype).value();
+    return produce(out -> KoilaNative.koila_tensor_randn(out, dims, value, device));
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Laziness and metadata (never evaluates)
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * A lazy tensor reading this one: everything computed from it is deferred, and dimension
+   * {@code batchDim} is the batch that may be split into chunks. It reads the current values
+   * of this tensor each time it is evaluated (no copy).
+   *
+   * @param batchDim the batch dimension (negative counts from the end), or {@link #NO_BATCH}
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} for a dim out of range, or when this
+   *     tensor is lazy with another batch dim
+   */
+  public Tensor lazy(long batchDim) {
+    return produce(out -> KoilaNative.koila_lazy(out, address(), batchDim), this);
+  }
+
+  /** A lazy tensor reading this one, with no batch dimension ({@code lazy(NO_BATCH)}). */
+  public Tensor lazyWithoutBatch() {
+    return lazy(NO_BATCH);
+  }
+
+  /** The sizes of the dimensions (empty for a scalar). Never evaluates. */
+  public long[] shape() {
+    long[] dims = new long[8];
+    long[] ndim = new long[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_shape(address(), dims, ndim));
+      if (ndim[0] > dims.length) {
+        dims = new long[(int) ndim[0]];
+        KoilaException.check(KoilaNative.koila_tensor_shape(address(), dims, ndim));
+      }
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return Arrays.copyOf(dims, (int) ndim[0]);
+  }
+
+  /** The number of dimensions. Never evaluates. */
+  public int ndim() {
+    long[] ndim = new long[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_shape(address(), null, ndim));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return (int) ndim[0];
+  }
+
+  /** The size of dimension {@code dim} (negative counts from the end). Never evaluates. */
+  public long size(int dim) {
+    long[] shape = shape();
+    int d = dim < 0 ? dim + shape.length : dim;
+    if (d < 0 || d >= shape.length) {
+      throw KoilaException.invalid("dim " + dim + " is out of range for a tensor of " + shape.length + " dims");
+    }
+    return shape[d];
+  }
+
+  /** The number of elements. Never evaluates. */
+  public long numel() {
+    return numelOf(shape());
+  }
+
+  /** The element type. Never evaluates. */
+  public DType dtype() {
+    int[] out = new int[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_dtype(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return DType.of(out[0]);
+  }
+
+  /** The dimension that carries the batch, or -1 when the tensor has none. Never evaluates. */
+  public long batchDim() {
+    long[] out = new long[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_batch_dim(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return out[0];
+  }
+
+  /** True when the tensor is deferred (computed when read). Never evaluates. */
+  public boolean isLazy() {
+    int[] out = new int[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_is_lazy(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return out[0] != 0;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Reading values (evaluates, in chunks when the budget requires it; records no gradients)
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * The raw bytes of the values: row-major elements in the platform's byte order.
+   *
+   * @throws KoilaException {@link Code#UNSUPPORTED} when the values exceed a Java array,
+   *     {@link Code#OUT_OF_MEMORY} or {@link Code#NOT_SPLITTABLE} when evaluation cannot fit
+   *     the memory budget
+   */
+  public byte[] toBytes() {
+    long[] shape = shape();
+    DType dtype = dtype();
+    long nbytes;
+    try {
+      nbytes = Math.multiplyExact(numelOf(shape), (long) dtype.elementSize());
+    } catch (ArithmeticException e) {
+      nbytes = Long.MAX_VALUE;
+    }
+    if (nbytes > Integer.MAX_VALUE - 8) {
+      throw new KoilaException(Code.UNSUPPORTED, "a tensor of shape " + Arrays.toString(shape) + " " + dtype
+          + " does not fit a Java array");
+    }
+    byte[] data = new byte[(int) nbytes];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_to_host(address(), data));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return data;
+  }
+
+  private ByteBuffer read() {
+    return ByteBuffer.wrap(toBytes()).order(NATIVE);
+  }
+
+  private KoilaException cannotRead(String as, DType dtype) {
+    return new KoilaException(Code.DTYPE, "cannot read a " + dtype + " tensor as " + as
+        + " without loss (use toDoubleArray, or the reader of its dtype)");
+  }
+
+  /**
+   * The values as floats (row-major): for FLOAT32, FLOAT16 and BFLOAT16 tensors.
+   *
+   * @throws KoilaException {@link Code#DTYPE} for other dtypes
+   */
+  public float[] toFloatArray() {
+    DType dtype = dtype();
+    if (dtype != DType.FLOAT32 && dtype != DType.FLOAT16 && dtype != DType.BFLOAT16) {
+      throw cannotRead("float[]", dtype);
+    }
+    ByteBuffer bytes = read();
+    float[] values = new float[bytes.capacity() / dtype.elementSize()];
+    if (dtype == DType.FLOAT32) {
+      bytes.asFloatBuffer().get(values);
+    } else {
+      for (int i = 0; i < values.length; ++i) {
+        short bits = bytes.getShort(2 * i);
+        values[i] = dtype == DType.FLOAT16 ? Half.toFloat(bits) : Half.bfloat16ToFloat(bits);
+      }
+    }
+    return values;
+  }
+
+  /**
+   * The values as doubles (row-major), for every dtype (BOOL as 0 and 1, UINT8 as 0 to 255;
+   * INT64 values beyond 2^53 lose precision).
+   */
+  public double[] toDoubleArray() {
+    DType dtype = dtype();
+    ByteBuffer bytes = read();
+    double[] values = new double[bytes.capacity() / dtype.elementSize()];
+    switch (dtype) {
+      case FLOAT64:
+        bytes.asDoubleBuffer().get(values);
+        break;
+      case FLOAT32:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.getFloat(4 * i);
+        break;
+      case FLOAT16:
+        for (int i = 0; i < values.length; ++i) values[i] = Half.toFloat(bytes.getShort(2 * i));
+        break;
+      case BFLOAT16:
+        for (int i = 0; i < values.length; ++i) values[i] = Half.bfloat16ToFloat(bytes.getShort(2 * i));
+        break;
+      case INT64:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.getLong(8 * i);
+        break;
+      case INT32:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.getInt(4 * i);
+        break;
+      case INT8:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i);
+        break;
+      case UINT8:
+      case BOOL:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i) & 0xff;
+        break;
+    }
+    return values;
+  }
+
+  /**
+   * The values as longs (row-major): for INT64, INT32, INT8, UINT8 (0 to 255) and BOOL (0 and
+   * 1) tensors.
+   *
+   * @throws KoilaException {@link Code#DTYPE} for floating dtypes
+   */
+  public long[] toLongArray() {
+    DType dtype = dtype();
+    if (dtype.isFloatingPoint()) throw cannotRead("long[]", dtype);
+    ByteBuffer bytes = read();
+    long[] values = new long[bytes.capacity() / dtype.elementSize()];
+    switch (dtype) {
+      case INT64:
+        bytes.asLongBuffer().get(values);
+        break;
+      case INT32:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.getInt(4 * i);
+        break;
+      case INT8:
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i);
+        break;
+      default: // UINT8, BOOL
+        for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i) & 0xff;
+        break;
+    }
+    return values;
+  }
+
+  /**
+   * The values as ints (row-major): for INT32, INT8, UINT8 (0 to 255) and BOOL (0 and 1)
+   * tensors.
+   *
+   * @throws KoilaException {@link Code#DTYPE} for other dtypes (use {@link #toLongArray()} for INT64)
+   */
+  public int[] toIntArray() {
+    DType dtype = dtype();
+    if (dtype.isFloatingPoint() || dtype == DType.INT64) throw cannotRead("int[]", dtype);
+    ByteBuffer bytes = read();
+    int[] values = new int[bytes.capacity() / dtype.elementSize()];
+    if (dtype == DType.INT32) {
+      bytes.asIntBuffer().get(values);
+    } else if (dtype == DType.INT8) {
+      for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i);
+    } else {
+      for (int i = 0; i < values.length; ++i) values[i] = bytes.get(i) & 0xff;
+    }
+    return values;
+  }
+
+  /**
+   * The values of an INT8, UINT8 or BOOL tensor as bytes (row-major; UINT8 values above 127
+   * come back negative, as Java bytes do).
+   *
+   * @throws KoilaException {@link Code#DTYPE} for other dtypes
+   */
+  public byte[] toByteArray() {
+    DType dtype = dtype();
+    if (dtype != DType.INT8 && dtype != DType.UINT8 && dtype != DType.BOOL) throw cannotRead("byte[]", dtype);
+    return toBytes();
+  }
+
+  /**
+   * The values of a BOOL tensor (row-major).
+   *
+   * @throws KoilaException {@link Code#DTYPE} for other dtypes
+   */
+  public boolean[] toBooleanArray() {
+    DType dtype = dtype();
+    if (dtype != DType.BOOL) throw cannotRead("boolean[]", dtype);
+    byte[] bytes = toBytes();
+    boolean[] values = new boolean[bytes.length];
+    for (int i = 0; i < bytes.length; ++i) values[i] = bytes[i] != 0;
+    return values;
+  }
+
+  /**
+   * The value of a one-element tensor (any dtype) as a double.
+   *
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} when the tensor has more or fewer
+   *     than one element
+   */
+  public double item() {
+    double[] out = new double[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_item(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return out[0];
+  }
+
+  /**
+   * A concrete tensor with the value of this one: this tensor itself (a new handle sharing
+   * it) when it is already concrete. The result of evaluating a lazy tensor does not require
+   * grad: train through {@link #backward()} on the lazy loss.
+   */
+  public Tensor eval() {
+    return produce(out -> KoilaNative.koila_eval(out, address()), this);
+  }
+
+  /**
+   * The values printed as LibTorch prints them. Evaluates a lazy tensor (once).
+   *
+   * @throws KoilaException when evaluation fails
+   */
+  public String format() {
+    try (Tensor value = eval()) {
+      long a = value.address();
+      try {
+        return Text.read((buf, needed) -> KoilaNative.koila_tensor_to_string(a, buf, needed));
+      } finally {
+        Reference.reachabilityFence(value);
+      }
+    }
+  }
+
+  /**
+   * The values as {@link #format()} prints them (evaluating a lazy tensor), or a description
+   * when the tensor is closed or cannot be evaluated; never throws.
+   */
+  @Override
+  public String toString() {
+    if (isClosed()) return "Tensor(closed)";
+    try {
+      return format();
+    } catch (KoilaException e) {
+      String meta;
+      try {
+        meta = "shape " + Arrays.toString(shape()) + ", " + dtype() + (isLazy() ? ", lazy" : "");
+      } catch (KoilaException again) {
+        meta = "unknown";
+      }
+      return "Tensor(" + meta + ": cannot evaluate: " + e.getMessage() + ")";
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Autograd
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * Makes this concrete floating-point leaf (a parameter) record gradients, or stop.
+   *
+   * @return this tensor
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} for a lazy tensor or a non-leaf,
+   *     {@link Code#DTYPE} for an integer tensor
+   */
+  public Tensor setRequiresGrad(boolean flag) {
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_set_requires_grad(address(), flag ? 1 : 0));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return this;
+  }
+
+  /**
+   * Backpropagates from this scalar loss into the concrete leaves it was built from;
+   * gradients add into existing ones. With a lazy batch, runs forward and backward chunk by
+   * chunk under the memory budget, with gradients equal to the full-batch ones. A failed call
+   * leaves every gradient as it was.
+   *
+   * @throws KoilaException {@link Code#OUT_OF_MEMORY} or {@link Code#NOT_SPLITTABLE} when the
+   *     work cannot fit the budget
+   */
+  public void backward() {
+    try {
+      KoilaException.check(KoilaNative.koila_backward(address()));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /**
+   * The gradient of this concrete leaf (or of the tensor a lazy input wraps), or null when it
+   * has none. The result aliases the gradient: it sees later accumulation and zeroing.
+   */
+  public Tensor grad() {
+    return produceOptional(out -> KoilaNative.koila_tensor_grad(out, address()), this);
+  }
+
+  /** Sets the gradient (when there is one) to zero in place. */
+  public void zeroGrad() {
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_zero_grad(address()));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** What evaluating this tensor ({@link Mode#FORWARD}) or a backward from it would do now. */
+  public Plan plan(Mode mode) {
+    return Plan.of(this, mode);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Elementwise, broadcasting
+  // ---------------------------------------------------------------------------------------
+
+  @FunctionalInterface
+  private interface Binary {
+    long call(long[] out, long a, long b);
+  }
+
+  private Tensor binary(Binary op, Tensor other) {
+    return produce(out -> op.call(out, address(), required(other, "other")), this, other);
+  }
+
+  /** {@code this + other}. */
+  public Tensor add(Tensor other) {
+    return binary(KoilaNative::koila_add, other);
+  }
+
+  /** {@code this - other}. */
+  public Tensor sub(Tensor other) {
+    return binary(KoilaNative::koila_sub, other);
+  }
+
+  /** {@code this * other}, elementwise. */
+  public Tensor mul(Tensor other) {
+    return binary(KoilaNative::koila_mul, other);
+  }
+
+  /** {@code this / other}, true division (integer inputs give a floating result). */
+  public Tensor div(Tensor other) {
+    return binary(KoilaNative::koila_div, other);
+  }
+
+  /** {@code this ^ other}, elementwise. */
+  public Tensor pow(Tensor other) {
+    return binary(KoilaNative::koila_pow, other);
+  }
+
+  /** The elementwise maximum. */
+  public Tensor maximum(Tensor other) {
+    return binary(KoilaNative::koila_maximum, other);
+  }
+
+  /** The elementwise minimum. */
+  public Tensor minimum(Tensor other) {
+    return binary(KoilaNative::koila_minimum, other);
+  }
+
+  /** {@code this == other}, a BOOL tensor. */
+  public Tensor eq(Tensor other) {
+    return binary(KoilaNative::koila_eq, other);
+  }
+
+  /** {@code this != other}, a BOOL tensor. */
+  public Tensor ne(Tensor other) {
+    return binary(KoilaNative::koila_ne, other);
+  }
+
+  /** {@code this < other}, a BOOL tensor. */
+  public Tensor lt(Tensor other) {
+    return binary(KoilaNative::koila_lt, other);
+  }
+
+  /** {@code this <= other}, a BOOL tensor. */
+  public Tensor le(Tensor other) {
+    return binary(KoilaNative::koila_le, other);
+  }
+
+  /** {@code this > other}, a BOOL tensor. */
+  public Tensor gt(Tensor other) {
+    return binary(KoilaNative::koila_gt, other);
+  }
+
+  /** {@code this >= other}, a BOOL tensor. */
+  public Tensor ge(Tensor other) {
+    return binary(KoilaNative::koila_ge, other);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // With a scalar
+  // ---------------------------------------------------------------------------------------
+
+  @FunctionalInterface
+  private interface WithScalar {
+    long call(long[] out, long a, double s);
+  }
+
+  private Tensor withScalar(WithScalar op, double s) {
+    return produce(out -> op.call(out, address(), s), this);
+  }
+
+  /** {@code this + s}. */
+  public Tensor add(double s) {
+    return withScalar(KoilaNative::koila_add_scalar, s);
+  }
+
+  /** {@code this - s}. */
+  public Tensor sub(double s) {
+    return withScalar(KoilaNative::koila_sub_scalar, s);
+  }
+
+  /** {@code this * s}. */
+  public Tensor mul(double s) {
+    return withScalar(KoilaNative::koila_mul_scalar, s);
+  }
+
+  /** {@code this / s}. */
+  public Tensor div(double s) {
+    return withScalar(KoilaNative::koila_div_scalar, s);
+  }
+
+  /** {@code this ^ s}. */
+  public Tensor pow(double s) {
+    return withScalar(KoilaNative::koila_pow_scalar, s);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Unary
+  // ---------------------------------------------------------------------------------------
+
+  @FunctionalInterface
+  private interface Unary {
+    long call(long[] out, long x);
+  }
+
+  private Tensor unary(Unary op) {
+    return produce(out -> op.call(out, address()), this);
+  }
+
+  /** {@code -this}. */
+  public Tensor neg() {
+    return unary(KoilaNative::koila_neg);
+  }
+
+  /** The absolute value. */
+  public Tensor abs() {
+    return unary(KoilaNative::koila_abs);
+  }
+
+  /** e to the power of each element. */
+  public Tensor exp() {
+    return unary(KoilaNative::koila_exp);
+  }
+
+  /** The natural logarithm. */
+  public Tensor log() {
+    return unary(KoilaNative::koila_log);
+  }
+
+  /** The square root. */
+  public Tensor sqrt() {
+    return unary(KoilaNative::koila_sqrt);
+  }
+
+  /** The reciprocal of the square root. */
+  public Tensor rsqrt() {
+    return unary(KoilaNative::koila_rsqrt);
+  }
+
+  /** The sine. */
+  public Tensor sin() {
+    return unary(KoilaNative::koila_sin);
+  }
+
+  /** The cosine. */
+  public Tensor cos() {
+    return unary(KoilaNative::koila_cos);
+  }
+
+  /** The hyperbolic tangent. */
+  public Tensor tanh() {
+    return unary(KoilaNative::koila_tanh);
+  }
+
+  /** The logistic sigmoid. */
+  public Tensor sigmoid() {
+    return unary(KoilaNative::koila_sigmoid);
+  }
+
+  /** {@code max(this, 0)}. */
+  public Tensor relu() {
+    return unary(KoilaNative::koila_relu);
+  }
+
+  /** The Gaussian error linear unit. */
+  public Tensor gelu() {
+    return unary(KoilaNative::koila_gelu);
+  }
+
+  /** {@code this * sigmoid(this)}. */
+  public Tensor silu() {
+    return unary(KoilaNative::koila_silu);
+  }
+
+  /** {@code this} where positive, {@code slope * this} elsewhere. */
+  public Tensor leakyRelu(double slope) {
+    return produce(out -> KoilaNative.koila_leaky_relu(out, address(), slope), this);
+  }
+
+  /** Each element limited to [lo, hi] (values end up at hi when lo > hi, as in PyTorch). */
+  public Tensor clamp(double lo, double hi) {
+    return produce(out -> KoilaNative.koila_clamp(out, address(), lo, hi), this);
+  }
+
+  /** The softmax along {@code dim}. */
+  public Tensor softmax(long dim) {
+    return produce(out -> KoilaNative.koila_softmax(out, address(), dim), this);
+  }
+
+  /** The log of the softmax along {@code dim}. */
+  public Tensor logSoftmax(long dim) {
+    return produce(out -> KoilaNative.koila_log_softmax(out, address(), dim), this);
+  }
+
+  /**
+   * Zeroes elements with probability {@code p} and scales the others by 1/(1-p) when
+   * {@code train}; passes the input through unchanged otherwise.
+   *
+   * @param p 0 &lt;= p &lt;= 1
+   */
+  public Tensor dropout(double p, boolean train) {
+    return produce(out -> KoilaNative.koila_dropout(out, address(), p, train ? 1 : 0), this);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Linear algebra
+  // ---------------------------------------------------------------------------------------
+
+  /** The matrix product, as torch.matmul (1-D, 2-D and broadcast batched cases). */
+  public Tensor matmul(Tensor other) {
+    return binary(KoilaNative::koila_matmul, other);
+  }
+
+  /**
+   * {@code this @ weight^T + bias}.
+   *
+   * @param weight [out, in]
+   * @param bias [out], or null for none
+   */
+  public Tensor linear(Tensor weight, Tensor bias) {
+    return produce(out -> KoilaNative.koila_linear(out, address(), required(weight, "weight"),
+        addressOf(bias, "bias")), this, weight, bias);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Convolution and pooling
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * A 1-d convolution of this input [N, C, L] or [C, L].
+   *
+   * @param weight [out, C / groups, k]
+   * @param bias [out], or null
+   * @param stride 1 value, or null for 1
+   * @param padding 1 value, or null for 0
+   * @param dilation 1 value, or null for 1
+   * @param groups the number of groups
+   */
+  public Tensor conv1d(Tensor weight, Tensor bias, long[] stride, long[] padding, long[] dilation, long groups) {
+    long[] s = sizesArg(stride, 1, "stride");
+    long[] p = sizesArg(padding, 1, "padding");
+    long[] d = sizesArg(dilation, 1, "dilation");
+    return produce(out -> KoilaNative.koila_conv1d(out, address(), required(weight, "weight"),
+        addressOf(bias, "bias"), s, p, d, groups), this, weight, bias);
+  }
+
+  /** A 1-d convolution with stride 1, no padding, dilation 1 and one group. */
+  public Tensor conv1d(Tensor weight, Tensor bias) {
+    return conv1d(weight, bias, null, null, null, 1);
+  }
+
+  /**
+   * A 2-d convolution of this input [N, C, H, W] or [C, H, W].
+   *
+   * @param weight [out, C / groups, kh, kw]
+   * @param bias [out], or null
+   * @param stride 2 values (or 1 for both), or null for 1
+   * @param padding 2 values (or 1 for both), or null for 0
+   * @param dilation 2 values (or 1 for both), or null for 1
+   * @param groups the number of groups
+   */
+  public Tensor conv2d(Tensor weight, Tensor bias, long[] stride, long[] padding, long[] dilation, long groups) {
+    long[] s = sizesArg(stride, 2, "stride");
+    long[] p = sizesArg(padding, 2, "padding");
+    long[] d = sizesArg(dilation, 2, "dilation");
+    return produce(out -> KoilaNative.koila_conv2d(out, address(), required(weight, "weight"),
+        addressOf(bias, "bias"), s, p, d, groups), this, weight, bias);
+  }
+
+  /** A 2-d convolution with stride 1, no padding, dilation 1 and one group. */
+  public Tensor conv2d(Tensor weight, Tensor bias) {
+    return conv2d(weight, bias, null, null, null, 1);
+  }
+
+  /**
+   * 2-d max pooling.
+   *
+   * @param kernel 2 values (or 1 for both)
+   * @param stride 2 values (or 1 for both), or null for the kernel size
+   * @param padding 2 values (or 1 for both), or null for 0
+   * @param ceilMode round output sizes up rather than down
+   */
+  public Tensor maxPool2d(long[] kernel, long[] stride, long[] padding, boolean ceilMode) {
+    long[] k = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
+    long[] s = sizesArg(stride, 2, "stride");
+    long[] p = sizesArg(padding, 2, "padding");
+    return produce(out -> KoilaNative.koila_max_pool2d(out, address(), k, s, p, ceilMode ? 1 : 0), this);
+  }
+
+  /** 2-d max pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
+  public Tensor maxPool2d(long... kernel) {
+    return maxPool2d(kernel, null, null, false);
+  }
+
+  /**
+   * 2-d average pooling.
+   *
+   * @param kernel 2 values (or 1 for both)
+   * @param stride 2 values (or 1 for both), or null for the kernel size
+   * @param padding 2 values (or 1 for both), or null for 0
+   * @param ceilMode round output sizes up rather than down
+   */
+  public Tensor avgPool2d(long[] kernel, long[] stride, long[] padding, boolean ceilMode) {
+    long[] k = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
+    long[] s = sizesArg(stride, 2, "stride");
+    long[] p = sizesArg(padding, 2, "padding");
+    return produce(out -> KoilaNative.koila_avg_pool2d(out, address(), k, s, p, ceilMode ? 1 : 0), this);
+  }
+
+  /** 2-d average pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
+  public Tensor avgPool2d(long... kernel) {
+    return avgPool2d(kernel, null, null, false);
+  }
+
+  /**
+   * 2-d adaptive average pooling to an output of {@code outputSize}: 2 values (height,
+   * width), or 1 for both.
+   */
+  public Tensor adaptiveAvgPool2d(long... outputSize) {
+    long[] o = sizesArg(longsArg(outputSize, "outputSize"), 2, "outputSize");
+    return produce(out -> KoilaNative.koila_adaptive_avg_pool2d(out, address(), o), this);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Normalization and embedding
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * Batch normalization over every dim but dim 1. In training it uses the batch statistics
+   * (which mixes samples across the batch) and updates the running statistics, when given,
+   * each time it is evaluated.
+   *
+   * @param weight [C], or null
+   * @param bias [C], or null
+   * @param runningMean [C], or null
+   * @param runningVar [C], or null
+   */
+  public Tensor batchNorm(Tensor weight, Tensor bias, Tensor runningMean, Tensor runningVar, boolean training,
+      double momentum, double eps) {
+    return produce(out -> KoilaNative.koila_batch_norm(out, address(), addressOf(weight, "weight"),
+        addressOf(bias, "bias"), addressOf(runningMean, "runningMean"), addressOf(runningVar, "runningVar"),
+        training ? 1 : 0, momentum, eps), this, weight, bias, runningMean, runningVar);
+  }
+
+  /**
+   * Layer normalization over the trailing dims {@code normalizedShape}.
+   *
+   * @param weight shaped like normalizedShape, or null
+   * @param bias shaped like normalizedShape, or null
+   */
+  public Tensor layerNorm(long[] normalizedShape, Tensor weight, Tensor bias, double eps) {
+    long[] shape = longsArg(normalizedShape, "normalizedShape");
+    return produce(out -> KoilaNative.koila_layer_norm(out, address(), shape, addressOf(weight, "weight"),
+        addressOf(bias, "bias"), eps), this, weight, bias);
+  }
+
+  /**
+   * The rows of this weight [num, dim] picked by integer {@code indices} of any shape: a
+   * tensor of shape indices.shape + [dim].
+   */
+  public Tensor embedding(Tensor indices) {
+    return produce(out -> KoilaNative.koila_embedding(out, address(), required(indices, "indices")), this, indices);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Reductions
+  // ---------------------------------------------------------------------------------------
+
+  @FunctionalInterface
+  private interface Reduce {
+    long call(long[] out, long x, long[] dims, int keepdim);
+  }
+
+  private Tensor reduce(Reduce op, long[] dims, boolean keepdim) {
+    return produce(out -> op.call(out, address(), dims, keepdim ? 1 : 0), this);
+  }
+
+  /** The sum of all elements (a scalar). */
+  public Tensor sum() {
+    return reduce(KoilaNative::koila_sum, null, false);
+  }
+
+  /** The sum over {@code dims} (empty or null: all dims). */
+  public Tensor sum(long[] dims, boolean keepdim) {
+    return reduce(KoilaNative::koila_sum, dims, keepdim);
+  }
+
+  /** The mean of all elements (a scalar). */
+  public Tensor mean() {
+    return reduce(KoilaNative::koila_mean, null, false);
+  }
+
+  /** The mean over {@code dims} (empty or null: all dims). */
+  public Tensor mean(long[] dims, boolean keepdim) {
+    return reduce(KoilaNative::koila_mean, dims, keepdim);
+  }
+
+  /** The largest element (a scalar). */
+  public Tensor amax() {
+    return reduce(KoilaNative::koila_amax, null, false);
+  }
+
+  /** The largest values over {@code dims} (empty or null: all dims). */
+  public Tensor amax(long[] dims, boolean keepdim) {
+    return reduce(KoilaNative::koila_amax, dims, keepdim);
+  }
+
+  /** The smallest element (a scalar). */
+  public Tensor amin() {
+    return reduce(KoilaNative::koila_amin, null, false);
+  }
+
+  /** The smallest values over {@code dims} (empty or null: all dims). */
+  public Tensor amin(long[] dims, boolean keepdim) {
+    return reduce(KoilaNative::koila_amin, dims, keepdim);
+  }
+
+  /** INT64 indices of the largest value along {@code dim}. */
+  public Tensor argmax(long dim, boolean keepdim) {
+    return produce(out -> KoilaNative.koila_argmax(out, address(), dim, keepdim ? 1 : 0), this);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Shape
+  // ---------------------------------------------------------------------------------------
+
+  /** The same elements with another shape (one size may be -1: inferred). */
+  public Tensor reshape(long... shape) {
+    long[] dims = longsArg(shape, "shape");
+    return produce(out -> KoilaNative.koila_reshape(out, address(), dims), this);
+  }
+
+  /** The dims reordered: dim i of the result is dim {@code dims[i]} of this tensor. */
+  public Tensor permute(long... dims) {
+    long[] order = longsArg(dims, "dims");
+    return produce(out -> KoilaNative.koila_permute(out, address(), order), this);
+  }
+
+  /** Dims {@code d0} and {@code d1} swapped. */
+  public Tensor transpose(long d0, long d1) {
+    return produce(out -> KoilaNative.koila_transpose(out, address(), d0, d1), this);
+  }
+
+  /** Dims {@code start} to {@code end} (inclusive) merged into one. */
+  public Tensor flatten(long start, long end) {
+    return produce(out -> KoilaNative.koila_flatten(out, address(), start, end), this);
+  }
+
+  /** All dims merged into one. */
+  public Tensor flatten() {
+    return flatten(0, -1);
+  }
+
+  /** Dim {@code dim} removed when its size is 1; the same shape otherwise (as PyTorch). */
+  public Tensor squeeze(long dim) {
+    return produce(out -> KoilaNative.koila_squeeze(out, address(), dim), this);
+  }
+
+  /** A new dim of size 1 inserted at {@code dim}. */
+  public Tensor unsqueeze(long dim) {
+    return produce(out -> KoilaNative.koila_unsqueeze(out, address(), dim), this);
+  }
+
+  /** {@code length} elements of dim {@code dim} from {@code start}. */
+  public Tensor narrow(long dim, long start, long length) {
+    return produce(out -> KoilaNative.koila_narrow(out, address(), dim, start, length), this);
+  }
+
+  /** The entries of dim {@code dim} picked by the 1-D integer tensor {@code index}. */
+  public Tensor indexSelect(long dim, Tensor index) {
+    return produce(out -> KoilaNative.koila_index_select(out, address(), dim, required(index, "index")), this, index);
+  }
+
+  /** The tensors joined along the existing dim {@code dim}. */
+  public static Tensor cat(Tensor[] tensors, long dim) {
+    long[] handles = addresses(tensors, "tensors");
+    return produce(out -> KoilaNative.koila_cat(out, handles, dim), (Object) tensors);
+  }
+
+  /** The tensors joined along the existing dim {@code dim}. */
+  public static Tensor cat(List<? extends Tensor> tensors, long dim) {
+    return cat(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
+  }
+
+  /** The tensors (of one shape) stacked along a new dim {@code dim}. */
+  public static Tensor stack(Tensor[] tensors, long dim) {
+    long[] handles = addresses(tensors, "tensors");
+    return produce(out -> KoilaNative.koila_stack(out, handles, dim), (Object) tensors);
+  }
+
+  /** The tensors (of one shape) stacked along a new dim {@code dim}. */
+  public static Tensor stack(List<? extends Tensor> tensors, long dim) {
+    return stack(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Losses
+  // ---------------------------------------------------------------------------------------
+
+  @FunctionalInterface
+  private interface Loss {
+    long call(long[] out, long a, long b, int reduction);
+  }
+
+  private Tensor loss(Loss op, Tensor target, Reduction reduction) {
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> op.call(out, address(), required(target, "target"), reduction.value()), this, target);
+  }
+
+  /**
+   * The cross entropy of these logits [N, C, ...] against class indices [N, ...] (integer)
+   * or class probabilities shaped like the logits. Class index -100 is ignored.
+   */
+  public Tensor crossEntropy(Tensor target, Reduction reduction) {
+    return loss(KoilaNative::koila_cross_entropy, target, reduction);
+  }
+
+  /** The negative log likelihood of these log-probabilities [N, C, ...] for class indices. */
+  public Tensor nllLoss(Tensor target, Reduction reduction) {
+    return loss(KoilaNative::koila_nll_loss, target, reduction);
+  }
+
+  /** The squared error between this tensor and {@code target}. */
+  public Tensor mseLoss(Tensor target, Reduction reduction) {
+    return loss(KoilaNative::koila_mse_loss, target, reduction);
+  }
+
+  /** The absolute error between this tensor and {@code target}. */
+  public Tensor l1Loss(Tensor target, Reduction reduction) {
+    return loss(KoilaNative::koila_l1_loss, target, reduction);
+  }
+
+  /** The binary cross entropy of these logits against {@code target} probabilities. */
+  public Tensor binaryCrossEntropyWithLogits(Tensor target, Reduction reduction) {
+    return loss(KoilaNative::koila_binary_cross_entropy_with_logits, target, reduction);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Attention
+  // ---------------------------------------------------------------------------------------
+
+  /**
+   * {@code softmax(q k^T / sqrt(E) + mask) v}.
+   *
+   * @param q [..., L, E]
+   * @param k [..., S, E]
+   * @param v [..., S, Ev]
+   * @param attnMask broadcasting to [..., L, S], or null: a BOOL mask keeps the positions that
+   *     are true, a floating mask is added
+   * @param isCausal mask positions j &gt; i (may be combined with attnMask)
+   */
+  public static Tensor scaledDotProductAttention(Tensor q, Tensor k, Tensor v, Tensor attnMask, boolean isCausal) {
+    return produce(out -> KoilaNative.koila_scaled_dot_product_attention(out, required(q, "q"), required(k, "k"),
+        required(v, "v"), addressOf(attnMask, "attnMask"), isCausal ? 1 : 0), q, k, v, attnMask);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Half precision conversions
+  // ---------------------------------------------------------------------------------------
+
+  /** IEEE half and bfloat16 bit conversions (Java 11 has none). */
+  static final class Half {
+    private Half() {}
+
+    static float toFloat(short half) {
+      int bits = half & 0xffff;
+      int sign = (bits & 0x8000) << 16;
+      int exponent = (bits >>> 10) & 0x1f;
+      int mantissa = bits & 0x3ff;
+      if (exponent == 0x1f) return Float.intBitsToFloat(sign | 0x7f800000 | (mantissa << 13));
+      if (exponent == 0) {
+        float value = mantissa * 0x1p-24f; // zero or subnormal
+        return sign != 0 ? -value : value;
+      }
+      return Float.intBitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+    }
+
+    /** Rounds to nearest even; overflow gives infinity. */
+    static short fromFloat(float value) {
+      int bits = Float.floatToRawIntBits(value);
+      int sign = (bits >>> 16) & 0x8000;
+      int exponent = (bits >>> 23) & 0xff;
+      int mantissa = bits & 0x7fffff;
+      if (exponent == 0xff) { // infinity or NaN (kept quiet)
+        return (short) (sign | 0x7c00 | (mantissa != 0 ? 0x200 | (mantissa >>> 13) : 0));
+      }
+      int e = exponent - 127 + 15;
+      if (e >= 0x1f) return (short) (sign | 0x7c00);
+      if (e <= 0) { // subnormal half, or zero
+        if (e < -10) return (short) sign;
+        int m = mantissa | 0x800000;
+        int shift = 14 - e;
+        int half = m >>> shift;
+        int rest = m & ((1 << shift) - 1);
+        int halfway = 1 << (shift - 1);
+        if (rest > halfway || (rest == halfway && (half & 1) != 0)) ++half;
+        return (short) (sign | half);
+      }
+      int half = (e << 10) | (mantissa >>> 13);
+      int rest = mantissa & 0x1fff;
+      if (rest > 0x1000 || (rest == 0x1000 && (half & 1) != 0)) ++half; // may carry into infinity
+      return (short) (sign | half);
+    }
+
+    static float bfloat16ToFloat(short value) {
+      return Float.intBitsToFloat((value & 0xffff) << 16);
+    }
+
+    /** Rounds to nearest even. */
+    static short bfloat16FromFloat(float value) {
+      int bits = Float.floatToRawIntBits(value);
+      if (Float.isNaN(value)) return (short) ((bits >>> 16) | 0x40);
+      int rounded = bits + 0x7fff + ((bits >>> 16) & 1);
+      return (short) (rounded >>> 16);
+    }
+  }
+}
