@@ -1,0 +1,55 @@
+# Installs the build into a fresh prefix and uses a binding from there, as a user would:
+#   LANGUAGE=java  javac + java against <prefix>/share/java/koila.jar and
+#                  <prefix>/lib/libkoila_jni.so (which finds libkoila.so next to itself)
+#   LANGUAGE=rust  cargo builds the crates with KOILA_PREFIX=<prefix> and runs the example;
+#                  its rpath must point into the prefix
+#   cmake -DLANGUAGE=... -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... [-DJAVAC=... -DJAVA=...]
+#         [-DCARGO=...] -P check_install.cmake
+foreach(var LANGUAGE BUILD_DIR SOURCE_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "${var} is not set")
+  endif()
+endforeach()
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${what}: ok ${out}")
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+file(GLOB_RECURSE libs ${prefix}/*/libkoila.so)
+list(LENGTH libs n)
+if(NOT n EQUAL 1)
+  message(FATAL_ERROR "expected one libkoila.so under ${prefix}, found: ${libs}")
+endif()
+get_filename_component(lib_dir ${libs} DIRECTORY)
+
+if(LANGUAGE STREQUAL "java")
+  set(jar ${prefix}/share/java/koila.jar)
+  if(NOT EXISTS ${jar} OR NOT EXISTS ${lib_dir}/libkoila_jni.so)
+    message(FATAL_ERROR "the install lacks ${jar} or ${lib_dir}/libkoila_jni.so")
+  endif()
+  run("javac" ${JAVAC} -d ${WORK_DIR}/classes -cp ${jar} ${SOURCE_DIR}/bindings/java/install/Consumer.java)
+  run("java" ${JAVA} -Djava.library.path=${lib_dir} -cp ${jar}:${WORK_DIR}/classes Consumer)
+elseif(LANGUAGE STREQUAL "rust")
+  set(ENV{KOILA_PREFIX} ${prefix})
+  unset(ENV{KOILA_LIB_DIR})
+  set(ENV{CARGO_TARGET_DIR} ${WORK_DIR}/target)
+  run("cargo run --example mlp" ${CARGO} run --offline --manifest-path ${SOURCE_DIR}/bindings/rust/Cargo.toml
+      -p koila --example mlp -- 32 1)
+  run("readelf" readelf -d ${WORK_DIR}/target/debug/examples/mlp)
+  string(FIND "${last_output}" "${lib_dir}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the example's rpath does not name ${lib_dir}:\n${last_output}")
+  endif()
+else()
+  message(FATAL_ERROR "LANGUAGE must be java or rust, not ${LANGUAGE}")
+endif()
+file(REMOVE_RECURSE ${WORK_DIR})
