@@ -128,6 +128,18 @@ impl Tensor {
         make(|out| unsafe { sys::koila_lazy(out, self.as_ptr(), sys::KOILA_NO_BATCH) })
     }
 
+    /// A second handle to the same tensor (values shared, nothing copied or evaluated):
+    /// a concrete tensor is shared as is, a lazy one is the same recipe with the same
+    /// batch dim. Each handle is dropped on its own.
+    pub fn shallow_clone(&self) -> Result<Tensor> {
+        if self.is_lazy()? {
+            let dim = self.batch_dim()?.unwrap_or(sys::KOILA_NO_BATCH);
+            make(|out| unsafe { sys::koila_lazy(out, self.as_ptr(), dim) })
+        } else {
+            self.eval()
+        }
+    }
+
     // ---- metadata: never evaluates -----------------------------------------------------
 
     /// The sizes of the dimensions (`[]` for a scalar).

@@ -228,6 +228,29 @@ fn handles_are_send_not_sync() {
 }
 
 #[test]
+fn shallow_clones_share() {
+    let _g = serial(); // memory figures are process-wide
+    let mut p = Tensor::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+    p.set_requires_grad(true).unwrap();
+    let q = p.shallow_clone().unwrap();
+    assert!(!q.is_lazy().unwrap());
+    // The same leaf: a gradient through one handle is seen through the other.
+    p.mul_scalar(3.0).unwrap().sum(&[], false).unwrap().backward().unwrap();
+    assert_eq!(q.grad().unwrap().unwrap().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+    drop(p);
+    assert_eq!(q.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+
+    let x = Tensor::zeros(&[4, 3], DType::Float32, "cpu").unwrap();
+    let l = x.lazy(1).unwrap().add_scalar(1.0).unwrap();
+    let m = l.shallow_clone().unwrap();
+    assert_eq!((m.is_lazy().unwrap(), m.batch_dim().unwrap(), m.shape().unwrap()), (true, Some(1), vec![4, 3]));
+    drop(l);
+    assert_eq!(m.to_vec::<f32>().unwrap(), vec![1.0; 12]);
+    let u = x.lazy_unbatched().unwrap().shallow_clone().unwrap();
+    assert_eq!((u.is_lazy().unwrap(), u.batch_dim().unwrap()), (true, None));
+}
+
+#[test]
 fn raw_handles_round_trip() {
     let _g = serial(); // memory figures are process-wide
     let x = t(&[4.0], &[1]);
