@@ -54,6 +54,16 @@ _bcarg(x, temps::Vector{Tensor}) = x
 # Functions whose meaning on whole tensors is not the elementwise one.
 _bcapply(f::F, args...) where {F} = f(args...)
 _bcapply(::typeof(*), a, b) = _bcbinary(mul, *, a, b)
+# (*).(a, b, c) or broadcast(*, a, b, c): elementwise, left to right (never *(a, b, c),
+# which would be matrix products).
+function _bcapply(::typeof(*), a, b, c, rest...)
+    ab = _bcapply(*, a, b)
+    try
+        return _bcapply(*, ab, c, rest...)
+    finally
+        ab isa Tensor && ab !== a && ab !== b && close(ab)
+    end
+end
 _bcapply(::typeof(/), a, b) = _bcbinary(div, /, a, b)
 _bcapply(::typeof(^), a, b) = _bcbinary(pow, ^, a, b)
 _bcapply(::typeof(Base.literal_pow), ::typeof(^), x, ::Val{p}) where {p} = _bcbinary(pow, ^, x, p)

@@ -87,4 +87,13 @@ function _cpos(i::Integer, what::AbstractString)
     return i > 0 ? Int64(i) - Int64(1) : Int64(i)
 end
 
-_dev(device::AbstractString) = String(device)
+# A Julia string for a `const char *` parameter. Julia refuses to pass a string holding a NUL
+# as a Cstring (ArgumentError); refuse it here instead, as a KoilaError like every other bad
+# argument.
+function _cstr(s::AbstractString, what::AbstractString)
+    str = String(s)
+    occursin('\0', str) && _argerror("$what $(repr(str)) contains a NUL character")
+    return str
+end
+
+_dev(device::AbstractString) = _cstr(device, "device")

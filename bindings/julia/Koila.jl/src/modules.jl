@@ -2,7 +2,7 @@
 
 function TorchModule(path::AbstractString; device::AbstractString = "cpu")
     out = Ref{Ptr{koila_module}}(C_NULL)
-    @check LibKoila.koila_module_load(out, String(path), _dev(device))
+    @check LibKoila.koila_module_load(out, _cstr(path, "path"), _dev(device))
     return TorchModule(out[])
 end
 
@@ -21,7 +21,7 @@ Saves the module with its current parameters (`KOILA_ERROR_IO` when the file can
 written).
 """
 function save(m::TorchModule, path::AbstractString)
-    @check LibKoila.koila_module_save(m, String(path))
+    @check LibKoila.koila_module_save(m, _cstr(path, "path"))
     return nothing
 end
 
@@ -75,17 +75,21 @@ function num_parameters(m::TorchModule)
     return Int(r[])
 end
 
+# A Julia parameter position (1-based; negative counts from the end) as koila's index.
 function _check_index(m::TorchModule, i::Integer)
     n = num_parameters(m)
-    1 <= i <= n || _argerror("parameter index $i: the module has $n parameters (numbered from 1)")
-    return Csize_t(i - 1)
+    k = i < 0 ? n + 1 + Int(i) : Int(i)
+    1 <= k <= n || _argerror("parameter index $i: the module has $n parameters (numbered from 1, " *
+                             "or from -1 for the last)")
+    return Csize_t(k - 1)
 end
 
 """
     parameter(m::TorchModule, i) -> Tensor
 
-The i-th parameter (1-based, in the order of named_parameters()). It aliases the module's
-parameter: gradients from `backward!` and optimizer updates are seen by the module.
+The i-th parameter (1-based, negative counts from the end; in the order of
+named_parameters()). It aliases the module's parameter: gradients from `backward!` and
+optimizer updates are seen by the module.
 """
 function parameter(m::TorchModule, i::Integer)
     out = Ref{Ptr{koila_tensor}}(C_NULL)
@@ -103,7 +107,8 @@ parameters(m::TorchModule) = Tensor[parameter(m, i) for i in 1:num_parameters(m)
 """
     parameter_name(m::TorchModule, i) -> String
 
-The dotted name of the i-th parameter (1-based), such as "fc1.weight".
+The dotted name of the i-th parameter (1-based, negative counts from the end), such as
+"fc1.weight".
 """
 function parameter_name(m::TorchModule, i::Integer)
     k = _check_index(m, i)

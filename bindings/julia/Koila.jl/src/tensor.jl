@@ -205,13 +205,20 @@ end
     t[i, :, a:b]   # a Tensor: integers drop their dim, ranges and `:` keep it
 
 Indexing reads values (evaluating a lazy tensor); ranges and `:` give a new tensor without
-reading anything. There is one index per dimension.
+reading anything. There is one index per dimension. An integer index may be negative,
+counting from the end (-1 is the last); `end` works too (`t[end, 1:end-1]`).
 """
 function Base.getindex(t::Tensor)
     s = size(t)
     prod(s) == 1 || _argerror("t[] needs a tensor of exactly one element; this one has size $s")
     return _scalar(t, eltype(t))
 end
+
+# For `end` in indexing (one index per dimension).
+Base.firstindex(t::Tensor, d::Integer) = 1
+Base.lastindex(t::Tensor, d::Integer) = size(t, d)
+Base.firstindex(t::Tensor) = 1
+Base.lastindex(t::Tensor) = length(t)
 
 function _scalar(t::Tensor, ::Type{T}) where {T}
     buf = Vector{T}(undef, 1)
@@ -229,8 +236,9 @@ function Base.getindex(t::Tensor, I::Union{Integer,AbstractUnitRange{<:Integer},
         for (d, i) in enumerate(I)
             i isa Colon && continue
             if i isa Integer
-                1 <= i <= s[d] || _argerror("index $i is out of bounds for dimension $d of size $(s[d])")
-                start, len = Int(i), 1
+                k = i < 0 ? s[d] + 1 + Int(i) : Int(i)    # negative counts from the end
+                1 <= k <= s[d] || _argerror("index $i is out of bounds for dimension $d of size $(s[d])")
+                start, len = k, 1
                 push!(dropped, d)
             else
                 (isempty(i) || (1 <= first(i) && last(i) <= s[d])) ||
@@ -249,13 +257,18 @@ function Base.getindex(t::Tensor, I::Union{Integer,AbstractUnitRange{<:Integer},
             cur === t || close(cur)
             cur = next
         end
-        result = cur
+        # All colons: a new handle to the same tensor, so closing it leaves `t` open.
+        result = cur === t ? _share(t) : cur
         cur = t        # do not close the result below
         return result
     finally
         cur === t || close(cur)
     end
 end
+
+# A second handle to the same tensor (values shared, nothing evaluated): a concrete
+# tensor through koila_eval, a lazy one wrapped again with its batch dim (the same recipe).
+_share(t::Tensor) = islazy(t) ? lazy(t, batchdim(t)) : evaluate(t)
 
 """
     evaluate(t::Tensor) -> Tensor

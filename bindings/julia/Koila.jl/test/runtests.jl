@@ -69,6 +69,12 @@ end
     @test tb[2, 3, 4] == B[2, 3, 4] && tb[1, 2, 3] == B[1, 2, 3]
     @test Array(tb[2, :, 2:3]) == B[2, :, 2:3]
     @test Array(tb[:, 1, :]) == B[:, 1, :]
+    @test tb[-1, -2, 1] == B[2, 2, 1] && tb[end, end, end] == B[2, 3, 4]   # from the end
+    @test Array(tb[end, 2:end, 1:end-1]) == B[2, 2:3, 1:3]
+    all_of_it = tb[:, :, :]                  # a new handle: closing it leaves tb open
+    @test all_of_it !== tb && Array(all_of_it) == B
+    close(all_of_it)
+    @test Array(tb) == B
     @test Array(permutedims(tb, (3, 1, 2))) == permutedims(B, (3, 1, 2))
     @test Array(transpose(tb, 1, 3)) == permutedims(B, (3, 2, 1))
 
@@ -114,7 +120,8 @@ end
     @test r1 == r2 && size(r1) == (4, 5) && eltype(r1) == Float32
     @test eltype(Koila.randn(Float64, 3)) == Float64
     @test occursin("Tensor{Float32}(2×3)", sprint(show, z))
-    @test occursin("0", sprint(show, MIME"text/plain"(), z))
+    @test occursin("Tensor{Float32}(2×3):", sprint(show, MIME"text/plain"(), z))
+    @test occursin("CPUFloatType{2,3}", sprint(show, MIME"text/plain"(), z))   # LibTorch's print
 end
 
 @testset "the C test's graph: values, metadata, gradients" begin
@@ -175,7 +182,10 @@ end
     koila_error(() -> set_memory_budget!(-1), KOILA_ERROR_INVALID_ARGUMENT)
     koila_error(() -> SGD([t]; lr = -1.0), KOILA_ERROR_INVALID_ARGUMENT)
     koila_error(() -> Koila.load("/no/such/dir/model.pt"), KOILA_ERROR_IO; contains = "/no/such/dir/model.pt")
-    @test_throws ArgumentError Koila.zeros(2; device = "cp\0u")     # Julia refuses NUL in a C string
+    # A NUL cannot reach C (Julia refuses it in a Cstring): a KoilaError, as any bad argument.
+    koila_error(() -> Koila.zeros(2; device = "cp\0u"), KOILA_ERROR_INVALID_ARGUMENT; contains = "NUL")
+    koila_error(() -> Koila.load("model\0.pt"), KOILA_ERROR_INVALID_ARGUMENT; contains = "NUL")
+    koila_error(() -> t[-3, 1], KOILA_ERROR_INVALID_ARGUMENT; contains = "out of bounds")
     err = koila_error(() -> Koila.randn(Int8, 1), KOILA_ERROR_DTYPE)
     @test occursin("KoilaError(KOILA_ERROR_DTYPE)", sprint(showerror, err))
     # Errors of the raw layer, through @check.
@@ -260,6 +270,7 @@ end
     @test Array(relu.(a .* b .+ 1)) == max.(A .* B .+ 1, 0)
     @test Array(max.(a, 0)) == max.(A, 0) && Array(min.(a, b)) == min.(A, B)
     @test Array(max(a, b)) == max.(A, B)
+    @test Array(broadcast(*, a, b, a)) == A .* B .* A     # n-ary: elementwise, not matmul
     @test Array(clamp.(a, -1, 2)) == clamp.(A, -1, 2)
     @test Array(clamp(a, -1, 2)) == clamp.(A, -1, 2)
     gt0 = a .> 0
@@ -489,11 +500,12 @@ else
 
     m = TorchModule(joinpath(models, "mlp.pt"))
     @test num_parameters(m) == 4
-    @test parameter_name(m, 1) == "fc1.weight"
+    @test parameter_name(m, 1) == "fc1.weight" && parameter_name(m, -1) == "fc2.bias"
     @test parameter_names(m) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
     params = parameters(m)
     @test length(params) == 4
     @test size(params[1]) == (256, 784) && size(params[4]) == (10,)
+    @test size(parameter(m, -1)) == (10,)
     koila_error(() -> parameter(m, 0), KOILA_ERROR_INVALID_ARGUMENT)
     koila_error(() -> parameter(m, 5), KOILA_ERROR_INVALID_ARGUMENT)
     @test istraining(m)
