@@ -6,6 +6,8 @@
 //! the matching `koila_*_free`. The safe API is the `koila` crate.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![allow(clippy::all)]
+// The C comments write shapes as [N, C]: text, not links.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 include!("bindings.rs");
 

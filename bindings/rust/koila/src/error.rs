@@ -83,7 +83,7 @@ impl Error {
         self.code
     }
 
-    /// koila's message, e.g. "add: shapes [2, 3] and [4] cannot be broadcast".
+    /// koila's message, e.g. `"koila_add: shapes [2, 3] and [4] cannot be broadcast"`.
     pub fn message(&self) -> &str {
         &self.message
     }

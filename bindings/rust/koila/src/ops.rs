@@ -301,7 +301,7 @@ impl Tensor {
     }
 
     /// Rows of this weight [num, dim] picked by integer `indices` of any shape:
-    /// the result is indices.shape + [dim].
+    /// the result is `indices.shape + [dim]`.
     pub fn embedding(&self, indices: &Tensor) -> Result<Tensor> {
         make(|out| unsafe { sys::koila_embedding(out, self.as_ptr(), indices.as_ptr()) })
     }
