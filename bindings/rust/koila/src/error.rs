@@ -83,7 +83,8 @@ impl Error {
         self.code
     }
 
-    /// koila's message, e.g. `"koila_add: shapes [2, 3] and [4] cannot be broadcast"`.
+    /// koila's message, e.g. `"koila_add: inputs [2, 3] Float, [4] Float: The size of tensor a (3)
+    /// must match the size of tensor b (4) at non-singleton dimension 1"`.
     pub fn message(&self) -> &str {
         &self.message
     }
