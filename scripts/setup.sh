@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what koila needs to build and test on Debian 12 (idempotent; skips what is there).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 # libopenblas0-pthread: LibTorch on Debian otherwise runs its matrix products on the
 # reference BLAS, some 30 times slower (tests and benchmarks would crawl).
 packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread
@@ -19,4 +20,16 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Julia is not packaged by Debian, so the Julia binding cannot run here; its syntax is
+# checked with tree-sitter-julia from npm instead (ctest julia.syntax, skipped without it).
+tools="$root/.tools/julia-syntax"
+if command -v npm >/dev/null &&
+   [[ ! -f "$tools/node_modules/tree-sitter-julia/tree-sitter-julia.wasm" ||
+      ! -f "$tools/node_modules/web-tree-sitter/package.json" ]]; then
+  echo "setup: installing tree-sitter-julia into $tools"
+  npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$tools" \
+      web-tree-sitter@0.24.4 tree-sitter-julia@0.23.1 ||
+    echo "setup: could not install tree-sitter-julia; julia.syntax will be skipped"
 fi
