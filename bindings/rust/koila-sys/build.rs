@@ -35,6 +35,14 @@ fn from_prefix(prefix: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+fn first_with_lib(dirs: &[PathBuf]) -> Option<PathBuf> {
+    dirs.iter().find(|d| has_lib(d)).cloned()
+}
+
+fn list(dirs: &[PathBuf]) -> String {
+    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
 fn from_pkg_config() -> Option<PathBuf> {
     let out = Command::new("pkg-config").args(["--variable=libdir", "koila"]).output().ok()?;
     if !out.status.success() {
@@ -49,7 +57,6 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let mut tried: Vec<String> = Vec::new();
 
     let found = if let Some(dir) = env::var_os("KOILA_LIB_DIR") {
         // An explicit choice is never second-guessed: a wrong one is an error.
@@ -60,14 +67,9 @@ fn main() {
         dir
     } else if let Some(prefix) = env::var_os("KOILA_PREFIX") {
         let dirs = from_prefix(Path::new(&prefix));
-        match dirs.iter().find(|d| has_lib(d)) {
-            Some(d) => d.clone(),
-            None => panic!(
-                "koila-sys: KOILA_PREFIX={} has no {LIB} in {}",
-                Path::new(&prefix).display(),
-                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-            ),
-        }
+        first_with_lib(&dirs).unwrap_or_else(|| {
+            panic!("koila-sys: KOILA_PREFIX={} has no {LIB} in {}", Path::new(&prefix).display(), list(&dirs))
+        })
     } else {
         let mut candidates = vec![manifest.join("../../../build")];
         candidates.extend(from_pkg_config());
@@ -76,18 +78,14 @@ fn main() {
             candidates.push(Path::new("/usr/lib").join(triple));
         }
         candidates.push(PathBuf::from("/usr/lib"));
-        match candidates.iter().find(|d| has_lib(d)) {
-            Some(d) => d.clone(),
-            None => {
-                tried.extend(candidates.iter().map(|d| d.display().to_string()));
-                panic!(
-                    "koila-sys: cannot find {LIB}. Build koila (scripts/build.sh) or install it, \
-                     then set KOILA_LIB_DIR=<dir with {LIB}> or KOILA_PREFIX=<install prefix>. \
-                     Looked in: {}",
-                    tried.join(", ")
-                );
-            }
-        }
+        first_with_lib(&candidates).unwrap_or_else(|| {
+            panic!(
+                "koila-sys: cannot find {LIB}. Build koila (scripts/build.sh) or install it, \
+                 then set KOILA_LIB_DIR=<dir with {LIB}> or KOILA_PREFIX=<install prefix>. \
+                 Looked in: {}",
+                list(&candidates)
+            )
+        })
     };
     let dir = found.canonicalize().unwrap_or(found);
     println!("cargo:rerun-if-changed={}", dir.join(LIB).display());

@@ -1,6 +1,4 @@
 //! The memory budget and measurements (process-wide settings; thread-safe).
-
-
 use crate::error::{c_string, check, Result};
 use koila_sys as sys;
 

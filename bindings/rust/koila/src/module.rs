@@ -4,7 +4,7 @@ use std::path::Path;
 use std::ptr::{self, NonNull};
 
 use crate::error::{c_string, check, Code, Error, Result};
-use crate::tensor::{make, pointers, Tensor};
+use crate::tensor::{make, or_null, pointers, Tensor};
 use crate::text::read_text;
 use koila_sys as sys;
 
@@ -58,8 +58,7 @@ impl Module {
     /// the module rejects fail here with its complaint (InvalidArgument, Shape).
     pub fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let ptrs = pointers(inputs);
-        let p = if ptrs.is_empty() { ptr::null() } else { ptrs.as_ptr() };
-        make(|out| unsafe { sys::koila_module_forward(out, self.ptr(), p, ptrs.len()) })
+        make(|out| unsafe { sys::koila_module_forward(out, self.ptr(), or_null(&ptrs), ptrs.len()) })
     }
 
     /// Sets the training flag of the module and its submodules (for calls built after).

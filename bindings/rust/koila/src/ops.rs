@@ -4,7 +4,7 @@
 use std::ptr;
 
 use crate::error::{Code, Error, Result};
-use crate::tensor::{make, maybe_ptr, pointers, Tensor};
+use crate::tensor::{make, maybe_ptr, or_null, pointers, Tensor};
 use koila_sys as sys;
 
 /// How a loss reduces over its elements (koila.h's `koila_reduction`).
@@ -70,8 +70,7 @@ macro_rules! reduction {
     ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {$(
         $(#[$doc])*
         pub fn $name(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
-            let d = if dims.is_empty() { ptr::null() } else { dims.as_ptr() };
-            make(|out| unsafe { sys::$c(out, self.as_ptr(), d, dims.len(), keepdim as i32) })
+            make(|out| unsafe { sys::$c(out, self.as_ptr(), or_null(dims), dims.len(), keepdim as i32) })
         }
     )*};
 }

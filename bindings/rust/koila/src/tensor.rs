@@ -43,8 +43,9 @@ pub(crate) fn pointers(ts: &[&Tensor]) -> Vec<*mut sys::koila_tensor> {
     ts.iter().map(|t| t.as_mut_ptr()).collect()
 }
 
-fn dims_ptr(shape: &[i64]) -> *const i64 {
-    if shape.is_empty() { ptr::null() } else { shape.as_ptr() }
+/// NULL for an empty slice (what koila.h takes with a count of 0), else its pointer.
+pub(crate) fn or_null<T>(s: &[T]) -> *const T {
+    if s.is_empty() { ptr::null() } else { s.as_ptr() }
 }
 
 impl Tensor {
@@ -92,28 +93,28 @@ impl Tensor {
     /// `bytes.len()` must be the shape's element count times `dtype.size()`.
     pub fn from_bytes(bytes: &[u8], dtype: DType, shape: &[i64], device: &str) -> Result<Tensor> {
         let device = c_string("device", device)?;
-        let data = if bytes.is_empty() { ptr::null() } else { bytes.as_ptr().cast() };
+        let data = or_null(bytes).cast();
         make(|out| unsafe {
-            sys::koila_tensor_from_data(out, data, bytes.len(), dtype.raw(), dims_ptr(shape), shape.len(), device.as_ptr())
+            sys::koila_tensor_from_data(out, data, bytes.len(), dtype.raw(), or_null(shape), shape.len(), device.as_ptr())
         })
     }
 
     /// A tensor of zeros.
     pub fn zeros(shape: &[i64], dtype: DType, device: &str) -> Result<Tensor> {
         let device = c_string("device", device)?;
-        make(|out| unsafe { sys::koila_tensor_zeros(out, dims_ptr(shape), shape.len(), dtype.raw(), device.as_ptr()) })
+        make(|out| unsafe { sys::koila_tensor_zeros(out, or_null(shape), shape.len(), dtype.raw(), device.as_ptr()) })
     }
 
     /// A tensor of ones.
     pub fn ones(shape: &[i64], dtype: DType, device: &str) -> Result<Tensor> {
         let device = c_string("device", device)?;
-        make(|out| unsafe { sys::koila_tensor_ones(out, dims_ptr(shape), shape.len(), dtype.raw(), device.as_ptr()) })
+        make(|out| unsafe { sys::koila_tensor_ones(out, or_null(shape), shape.len(), dtype.raw(), device.as_ptr()) })
     }
 
     /// Standard normal samples (floating dtypes only; see [`crate::manual_seed`]).
     pub fn randn(shape: &[i64], dtype: DType, device: &str) -> Result<Tensor> {
         let device = c_string("device", device)?;
-        make(|out| unsafe { sys::koila_tensor_randn(out, dims_ptr(shape), shape.len(), dtype.raw(), device.as_ptr()) })
+        make(|out| unsafe { sys::koila_tensor_randn(out, or_null(shape), shape.len(), dtype.raw(), device.as_ptr()) })
     }
 
     /// The one line: a lazy tensor reading this one's values whenever it is evaluated,
