@@ -10,6 +10,14 @@
  *     belongs to the caller and is released once with koila_T_free(). Every _free accepts
  *     NULL, and handles may be freed in any order (a tensor keeps alive the graph it
  *     depends on).
+ *   - After a failed call, every `T **out` holds NULL (other outputs are left untouched).
+ *   - Flags (`int` arguments such as keepdim, train, training, ceil_mode, is_causal, flag,
+ *     on) are strictly 0 or 1: any other value is KOILA_ERROR_INVALID_ARGUMENT, not "true".
+ *   - Enum arguments (koila_dtype, koila_mode, koila_reduction) are read as the int they
+ *     are passed as and range-checked: a value outside the enum is
+ *     KOILA_ERROR_INVALID_ARGUMENT, naming the argument.
+ *   - Arrays come as pointer + count; the pointer may be NULL only when the count is 0
+ *     (or where a function says NULL takes a default).
  *   - Dims and sizes are int64_t; negative dims count from the end, as in PyTorch.
  *   - Devices are strings: "cpu", "cuda", "cuda:N".
  *   - Input buffers are copied; the caller keeps ownership of its memory.

@@ -1,6 +1,7 @@
 // The C entry points for memory budgets, measurement and plans.
 #include <ATen/ATen.h>
 
+#include "args.h"
 #include "error.h"
 #include "graph.h"
 #include "memory.h"
@@ -28,7 +29,7 @@ KOILA_API koila_status* koila_set_memory_budget(const char* device, uint64_t byt
 KOILA_API koila_status* koila_memory_budget(const char* device, uint64_t* out) {
   return guard(__func__, [&] {
     const c10::Device d = device_arg(device);
-    KOILA_REQUIRE_NOT_NULL(out);
+    arg::not_null(out, "out");
     *out = budget(d);
   });
 }
@@ -47,12 +48,10 @@ KOILA_API koila_status* koila_memory_reset_peak(const char* device) {
 
 KOILA_API koila_status* koila_plan_new(koila_plan** out, const koila_tensor* t, koila_mode mode) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     const NodePtr& node = node_of(t, "t");
-    if (mode != KOILA_MODE_FORWARD && mode != KOILA_MODE_TRAINING)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_mode " + std::to_string(static_cast<int>(mode)));
-    *out = new koila_plan{make_plan(node, mode == KOILA_MODE_TRAINING ? Mode::Training : Mode::Forward)};
+    const koila_mode m = arg::enumeration(mode, "mode", "koila_mode", KOILA_MODE_FORWARD, KOILA_MODE_TRAINING);
+    *out = new koila_plan{make_plan(node, m == KOILA_MODE_TRAINING ? Mode::Training : Mode::Forward)};
   });
 }
 
@@ -65,8 +64,7 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan* p) { return p ? p->
 
 KOILA_API koila_status* koila_plan_describe(const koila_plan* p, char* buf, size_t capacity, size_t* needed) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(p);
-    write_text(p->plan.describe(), buf, capacity, needed);
+    write_text(arg::handle(p, "p").plan.describe(), buf, capacity, needed);
   });
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <unordered_set>
 
+#include "args.h"
 #include "error.h"
 #include "graph.h"
 #include "module.h"
@@ -24,11 +25,6 @@ struct koila_optimizer {
 using namespace koila;
 
 namespace {
-
-const koila_module& module_of(const koila_module* m) {
-  if (m == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'm' is NULL");
-  return *m;
-}
 
 std::vector<at::Tensor> parameters_of(const koila_module& m) {
   std::vector<at::Tensor> out;
@@ -57,13 +53,12 @@ void check_hyperparameter(double value, const char* name, double lo, bool lo_ope
 // The concrete tensors an optimizer updates: floating-point leaves that require grad, each once.
 std::vector<at::Tensor> optimizer_params(koila_tensor* const* params, size_t n) {
   if (n == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "an optimizer needs at least one parameter (n is 0)");
-  KOILA_REQUIRE_NOT_NULL(params);
+  const std::vector<NodePtr> nodes = arg::tensors(params, n, "params");
   std::vector<at::Tensor> out;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (size_t i = 0; i < n; ++i) {
     const std::string which = "parameter " + std::to_string(i);
-    if (params[i] == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is NULL");
-    const NodePtr& node = node_of(params[i], "params[i]");
+    const NodePtr& node = nodes[i];
     if (node->lazy())
       fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is lazy; an optimizer updates concrete tensors (parameters)");
     const at::Tensor& t = node->value;
@@ -81,20 +76,14 @@ std::vector<at::Tensor> optimizer_params(koila_tensor* const* params, size_t n) 
   return out;
 }
 
-koila_optimizer& optimizer_of(koila_optimizer* o) {
-  if (o == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'o' is NULL");
-  return *o;
-}
-
 }  // namespace
 
 extern "C" {
 
 KOILA_API koila_status* koila_module_load(koila_module** out, const char* path, const char* device) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
-    KOILA_REQUIRE_NOT_NULL(path);
+    arg::out(out);
+    arg::not_null(path, "path");
     const c10::Device dev = parse_device(device);
     check_readable(path);
     auto m = std::make_unique<koila_module>();
@@ -113,8 +102,8 @@ KOILA_API koila_status* koila_module_load(koila_module** out, const char* path, 
 
 KOILA_API koila_status* koila_module_save(const koila_module* m, const char* path) {
   return guard(__func__, [&] {
-    const koila_module& module = module_of(m);
-    KOILA_REQUIRE_NOT_NULL(path);
+    const koila_module& module = arg::handle(m, "m");
+    arg::not_null(path, "path");
     try {
       module.module.save(path);
     } catch (const std::bad_alloc&) {
@@ -128,46 +117,38 @@ KOILA_API koila_status* koila_module_save(const koila_module* m, const char* pat
 KOILA_API koila_status* koila_module_forward(koila_tensor** out, koila_module* m, koila_tensor* const* inputs,
                                              size_t n) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
-    koila_module& module = const_cast<koila_module&>(module_of(m));
-    if (n > 0) KOILA_REQUIRE_NOT_NULL(inputs);
-    std::vector<NodePtr> nodes;
-    for (size_t i = 0; i < n; ++i) {
-      if (inputs[i] == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "input " + std::to_string(i) + " is NULL");
-      nodes.push_back(node_of(inputs[i], "inputs[i]"));
-    }
+    arg::out(out);
+    koila_module& module = arg::handle(m, "m");
+    const std::vector<NodePtr> nodes = arg::tensors(inputs, n, "inputs", true);
     *out = new_handle(module_forward(module, nodes));
   });
 }
 
 KOILA_API koila_status* koila_module_train(koila_module* m, int on) {
   return guard(__func__, [&] {
-    const koila_module& module = module_of(m);
-    if (on != 0 && on != 1) fail(KOILA_ERROR_INVALID_ARGUMENT, "on must be 0 or 1, got " + std::to_string(on));
-    set_training(module.module, on == 1);
+    const koila_module& module = arg::handle(m, "m");
+    set_training(module.module, arg::flag(on, "on"));
   });
 }
 
 KOILA_API koila_status* koila_module_is_training(const koila_module* m, int* out) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = module_of(m).module.is_training() ? 1 : 0;
+    arg::not_null(out, "out");
+    *out = arg::handle(m, "m").module.is_training() ? 1 : 0;
   });
 }
 
 KOILA_API koila_status* koila_module_num_parameters(const koila_module* m, size_t* out) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = parameters_of(module_of(m)).size();
+    arg::not_null(out, "out");
+    *out = parameters_of(arg::handle(m, "m")).size();
   });
 }
 
 KOILA_API koila_status* koila_module_parameter(koila_tensor** out, koila_module* m, size_t i) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
-    const auto params = parameters_of(module_of(m));
+    arg::out(out);
+    const auto params = parameters_of(arg::handle(m, "m"));
     if (i >= params.size())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "parameter index " + std::to_string(i) + " is out of range: the module has " +
                                              std::to_string(params.size()) + " parameters");
@@ -178,8 +159,8 @@ KOILA_API koila_status* koila_module_parameter(koila_tensor** out, koila_module*
 KOILA_API koila_status* koila_module_parameter_name(const koila_module* m, size_t i, char* buf, size_t capacity,
                                                     size_t* needed) {
   return guard(__func__, [&] {
-    const koila_module& module = module_of(m);
-    if (buf == nullptr && capacity > 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL");
+    const koila_module& module = arg::handle(m, "m");
+    arg::buffer(buf, capacity);
     size_t index = 0;
     for (const auto& named : module.module.named_parameters()) {
       if (index++ == i) {
@@ -197,8 +178,7 @@ KOILA_API void koila_module_free(koila_module* m) { delete m; }
 KOILA_API koila_status* koila_optimizer_sgd(koila_optimizer** out, koila_tensor* const* params, size_t n, double lr,
                                             double momentum, double weight_decay) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     auto tensors = optimizer_params(params, n);
     const double inf = INFINITY;
     check_hyperparameter(lr, "lr", 0, false, inf, true);
@@ -215,8 +195,7 @@ KOILA_API koila_status* koila_optimizer_sgd(koila_optimizer** out, koila_tensor*
 KOILA_API koila_status* koila_optimizer_adam(koila_optimizer** out, koila_tensor* const* params, size_t n, double lr,
                                              double beta1, double beta2, double eps, double weight_decay) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     auto tensors = optimizer_params(params, n);
     const double inf = INFINITY;
     check_hyperparameter(lr, "lr", 0, false, inf, true);
@@ -234,7 +213,7 @@ KOILA_API koila_status* koila_optimizer_adam(koila_optimizer** out, koila_tensor
 
 KOILA_API koila_status* koila_optimizer_step(koila_optimizer* o) {
   return guard(__func__, [&] {
-    koila_optimizer& opt = optimizer_of(o);
+    koila_optimizer& opt = arg::handle(o, "o");
     try {
       opt.optimizer->step();
     } catch (const c10::Error&) {
@@ -245,7 +224,7 @@ KOILA_API koila_status* koila_optimizer_step(koila_optimizer* o) {
 
 KOILA_API koila_status* koila_optimizer_zero_grad(koila_optimizer* o) {
   return guard(__func__, [&] {
-    koila_optimizer& opt = optimizer_of(o);
+    koila_optimizer& opt = arg::handle(o, "o");
     // In place, as koila_tensor_zero_grad: gradient handles stay valid.
     at::NoGradGuard no_grad;
     for (at::Tensor& p : opt.params)

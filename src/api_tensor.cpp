@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "args.h"
 #include "error.h"
 #include "planner.h"
 #include "graph.h"
@@ -15,23 +16,25 @@ namespace {
 
 void set_out(koila_tensor** out, NodePtr node) { *out = new_handle(std::move(node)); }
 
-at::TensorOptions options_for(koila_dtype dtype, const char* device) {
+at::TensorOptions options_for(const koila_dtype& dtype, const char* device) {
   const at::ScalarType type = to_scalar_type(dtype);
   return at::TensorOptions().dtype(type).device(parse_device(device));
 }
 
 using Factory = at::Tensor (*)(at::IntArrayRef, at::TensorOptions);
 
-koila_status* make_filled(const char* where, koila_tensor** out, const int64_t* shape, size_t ndim,
-                          koila_dtype dtype, const char* device, Factory factory) {
-  return guard(where, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
-    const auto dims = checked_shape(shape, ndim, "shape");
-    const auto options = options_for(dtype, device);
-    check_allocation(checked_numel(dims) * c10::elementSize(options.dtype().toScalarType()), options.device());
-    set_out(out, make_constant(factory(dims, options)));
-  });
+// Validates the arguments of a filled factory and makes the tensor. `floating_only` for
+// factories that draw floating-point samples.
+void make_filled(koila_tensor** out, const int64_t* shape, size_t ndim, const koila_dtype& dtype, const char* device,
+                 Factory factory, bool floating_only = false) {
+  arg::out(out);
+  const auto dims = checked_shape(shape, ndim, "shape");
+  const auto options = options_for(dtype, device);
+  const at::ScalarType type = options.dtype().toScalarType();
+  if (floating_only && !at::isFloatingType(type))
+    fail(KOILA_ERROR_DTYPE, std::string("randn needs a floating dtype, got ") + dtype_name(type));
+  check_allocation(checked_numel(dims) * c10::elementSize(type), options.device());
+  set_out(out, make_constant(factory(dims, options)));
 }
 
 // The value of t, evaluated without recording gradients.
@@ -49,8 +52,7 @@ KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* d
                                                koila_dtype dtype, const int64_t* shape, size_t ndim,
                                                const char* device) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     const auto dims = checked_shape(shape, ndim, "shape");
     const auto options = options_for(dtype, device);
     const uint64_t numel = checked_numel(dims);
@@ -59,7 +61,7 @@ KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* d
       fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but shape " + shape_string(dims) +
                                              " of " + dtype_name(options.dtype().toScalarType()) + " needs " +
                                              std::to_string(expected));
-    if (data == nullptr && nbytes > 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'data' is NULL");
+    if (nbytes > 0) arg::not_null(data, "data");
     check_allocation(expected, options.device());
     at::Tensor host = at::empty(dims, options.device(at::kCPU));
     if (nbytes > 0) std::memcpy(host.data_ptr(), data, nbytes);
@@ -69,34 +71,31 @@ KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* d
 
 KOILA_API koila_status* koila_tensor_zeros(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
                                            const char* device) {
-  return make_filled(__func__, out, shape, ndim, dtype, device,
-                     [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
+  return guard(__func__, [&] {
+    make_filled(out, shape, ndim, dtype, device, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
+  });
 }
 
 KOILA_API koila_status* koila_tensor_ones(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
                                           const char* device) {
-  return make_filled(__func__, out, shape, ndim, dtype, device,
-                     [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
+  return guard(__func__, [&] {
+    make_filled(out, shape, ndim, dtype, device, [](at::IntArrayRef s, at::TensorOptions o) { return at::ones(s, o); });
+  });
 }
 
 KOILA_API koila_status* koila_tensor_randn(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
                                            const char* device) {
-  if (dtype != KOILA_FLOAT32 && dtype != KOILA_FLOAT64 && dtype != KOILA_FLOAT16 && dtype != KOILA_BFLOAT16) {
-    return guard(__func__, [&] {
-      if (out) *out = nullptr;
-      fail(KOILA_ERROR_DTYPE, std::string("randn needs a floating dtype, got ") + dtype_name(to_scalar_type(dtype)));
-    });
-  }
-  return make_filled(__func__, out, shape, ndim, dtype, device,
-                     [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); });
+  return guard(__func__, [&] {
+    make_filled(
+        out, shape, ndim, dtype, device, [](at::IntArrayRef s, at::TensorOptions o) { return at::randn(s, o); }, true);
+  });
 }
 
 KOILA_API void koila_tensor_free(koila_tensor* t) { delete t; }
 
 KOILA_API koila_status* koila_lazy(koila_tensor** out, const koila_tensor* t, int64_t batch_dim) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     const NodePtr& node = node_of(t, "t");
     const int64_t rank = static_cast<int64_t>(node->meta.shape.size());
     int64_t dim = -1;
@@ -118,9 +117,8 @@ KOILA_API koila_status* koila_lazy(koila_tensor** out, const koila_tensor* t, in
 KOILA_API koila_status* koila_tensor_shape(const koila_tensor* t, int64_t* dims, size_t capacity, size_t* ndim) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    KOILA_REQUIRE_NOT_NULL(ndim);
-    if (capacity > 0 && dims == nullptr)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'dims' is NULL but capacity is " + std::to_string(capacity));
+    arg::not_null(ndim, "ndim");
+    if (capacity > 0) arg::not_null(dims, "dims");
     const auto& shape = node->meta.shape;
     *ndim = shape.size();
     for (size_t i = 0; i < std::min(capacity, shape.size()); ++i) dims[i] = shape[i];
@@ -130,7 +128,7 @@ KOILA_API koila_status* koila_tensor_shape(const koila_tensor* t, int64_t* dims,
 KOILA_API koila_status* koila_tensor_dtype(const koila_tensor* t, koila_dtype* out) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    KOILA_REQUIRE_NOT_NULL(out);
+    arg::not_null(out, "out");
     *out = to_koila_dtype(node->meta.dtype);
   });
 }
@@ -138,7 +136,7 @@ KOILA_API koila_status* koila_tensor_dtype(const koila_tensor* t, koila_dtype* o
 KOILA_API koila_status* koila_tensor_batch_dim(const koila_tensor* t, int64_t* out) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    KOILA_REQUIRE_NOT_NULL(out);
+    arg::not_null(out, "out");
     *out = node->meta.batch_dim;
   });
 }
@@ -146,7 +144,7 @@ KOILA_API koila_status* koila_tensor_batch_dim(const koila_tensor* t, int64_t* o
 KOILA_API koila_status* koila_tensor_is_lazy(const koila_tensor* t, int* out) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    KOILA_REQUIRE_NOT_NULL(out);
+    arg::not_null(out, "out");
     *out = node->lazy() ? 1 : 0;
   });
 }
@@ -159,7 +157,7 @@ KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, 
       fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but the tensor (" +
                                              shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype) +
                                              ") has " + std::to_string(expected));
-    if (data == nullptr && nbytes > 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'data' is NULL");
+    if (nbytes > 0) arg::not_null(data, "data");
     if (nbytes == 0) return;
     at::Tensor host = value_of(node).detach().to(at::kCPU).contiguous();
     std::memcpy(data, host.data_ptr(), nbytes);
@@ -169,7 +167,7 @@ KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, 
 KOILA_API koila_status* koila_tensor_item(const koila_tensor* t, double* out) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    KOILA_REQUIRE_NOT_NULL(out);
+    arg::not_null(out, "out");
     const uint64_t numel = checked_numel(node->meta.shape);
     if (numel != 1)
       fail(KOILA_ERROR_INVALID_ARGUMENT, "item needs a tensor with exactly one element, but this one has shape " +
@@ -182,8 +180,7 @@ KOILA_API koila_status* koila_tensor_item(const koila_tensor* t, double* out) {
 KOILA_API koila_status* koila_tensor_to_string(const koila_tensor* t, char* buf, size_t capacity, size_t* needed) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    if (capacity > 0 && buf == nullptr)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
+    arg::buffer(buf, capacity);
     std::ostringstream os;
     os << value_of(node).detach();
     write_text(os.str(), buf, capacity, needed);
@@ -192,8 +189,7 @@ KOILA_API koila_status* koila_tensor_to_string(const koila_tensor* t, char* buf,
 
 KOILA_API koila_status* koila_eval(koila_tensor** out, const koila_tensor* t) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     const NodePtr& node = node_of(t, "t");
     set_out(out, node->lazy() ? make_constant(run_forward(node)) : node);
   });
@@ -202,16 +198,17 @@ KOILA_API koila_status* koila_eval(koila_tensor** out, const koila_tensor* t) {
 KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
+    const bool requires = arg::flag(flag, "flag");
     if (node->lazy())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
                                          "lazy graph flow to the concrete tensors it was built from)");
-    if (flag && !at::isFloatingType(node->meta.dtype))
+    if (requires && !at::isFloatingType(node->meta.dtype))
       fail(KOILA_ERROR_DTYPE, std::string("only floating point tensors can require grad, t is ") +
                                   dtype_name(node->meta.dtype));
     if (!node->value.is_leaf())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "t is the result of an operation on tensors that require grad; only "
                                          "leaves can change requires_grad");
-    node->value.set_requires_grad(flag != 0);
+    node->value.set_requires_grad(requires);
   });
 }
 
@@ -221,8 +218,7 @@ KOILA_API koila_status* koila_backward(const koila_tensor* loss) {
 
 KOILA_API koila_status* koila_tensor_grad(koila_tensor** out, const koila_tensor* t) {
   return guard(__func__, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     const NodePtr& node = node_of(t, "t");
     if (node->kind == NodeKind::Op) return;
     const at::Tensor& grad = node->value.grad();

@@ -51,10 +51,3 @@ koila_status* guard(const char* where, F&& body) noexcept {
 }
 
 }  // namespace koila
-
-// Checks an argument that must not be NULL.
-#define KOILA_REQUIRE_NOT_NULL(arg)                                                \
-  do {                                                                             \
-    if ((arg) == nullptr)                                                          \
-      ::koila::fail(KOILA_ERROR_INVALID_ARGUMENT, "argument '" #arg "' is NULL"); \
-  } while (0)

@@ -157,7 +157,12 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   if (spec.probe_kernel && any_lazy) probe_kernel(spec, inputs, *node);
 
   if (any_batch) {
-    BatchResult r = spec.batch ? spec.batch(metas, node->meta) : batch::elementwise(metas, node->meta);
+    // Batch rules decide where a batch dim goes, so they run only when an input still
+    // carries one. A value computed from the batch after a reduction ended it (a loss, a
+    // mean over the batch) has no batch dim left to place: its results stay unbatched,
+    // and combining chunks of it is the reduction's business.
+    BatchResult r;
+    if (any_batched) r = spec.batch ? spec.batch(metas, node->meta) : batch::elementwise(metas, node->meta);
     if (any_batched && any_reduced && r.couples.empty())
       r = batch::couple("combines a result reduced over the batch with batched data");
     node->meta.batch_dim = r.batch_dim;

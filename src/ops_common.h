@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "args.h"
 #include "batch.h"
 #include "error.h"
 #include "graph.h"
@@ -14,8 +15,7 @@ namespace koila {
 template <class Make>
 koila_status* op_entry(const char* name, koila_tensor** out, Make&& make) noexcept {
   return guard(name, [&] {
-    KOILA_REQUIRE_NOT_NULL(out);
-    *out = nullptr;
+    arg::out(out);
     NodePtr node = make();
     *out = new_handle(std::move(node));
   });
@@ -26,11 +26,6 @@ inline int64_t rank_of(const NodePtr& node) { return static_cast<int64_t>(node->
 inline void require_floating(const NodePtr& node, const char* what) {
   if (!at::isFloatingType(node->meta.dtype))
     fail(KOILA_ERROR_DTYPE, std::string(what) + " must be floating point, but is " + dtype_name(node->meta.dtype));
-}
-
-inline void require_flag(int64_t value, const char* what) {
-  if (value != 0 && value != 1)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " must be 0 or 1, got " + std::to_string(value));
 }
 
 }  // namespace koila

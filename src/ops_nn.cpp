@@ -48,11 +48,6 @@ std::vector<int64_t> range(int64_t from, int64_t to) {
   return out;
 }
 
-// `n` ints from an optional C array, else `fallback` repeated.
-std::vector<int64_t> param(const int64_t* ptr, size_t n, int64_t fallback) {
-  return ptr ? std::vector<int64_t>(ptr, ptr + n) : std::vector<int64_t>(n, fallback);
-}
-
 koila_status* convolution(const char* name, koila_tensor** out, const koila_tensor* x, const koila_tensor* w,
                           const koila_tensor* bias, const int64_t* stride, const int64_t* padding,
                           const int64_t* dilation, int64_t groups, size_t spatial) {
@@ -61,7 +56,8 @@ koila_status* convolution(const char* name, koila_tensor** out, const koila_tens
     const NodePtr& weight = node_of(w, "w");
     require_floating(input, "x");
     if (groups < 1) fail(KOILA_ERROR_INVALID_ARGUMENT, "groups must be positive, got " + std::to_string(groups));
-    const auto s = param(stride, spatial, 1), p = param(padding, spatial, 0), d = param(dilation, spatial, 1);
+    const auto s = arg::ints_or(stride, spatial, 1), p = arg::ints_or(padding, spatial, 0),
+               d = arg::ints_or(dilation, spatial, 1);
     const int64_t rank = rank_of(input);
     if (rank != static_cast<int64_t>(spatial) + 1 && rank != static_cast<int64_t>(spatial) + 2)
       fail(KOILA_ERROR_SHAPE, "expected input of rank " + std::to_string(spatial + 1) + " or " +
@@ -83,13 +79,11 @@ koila_status* pool(const char* name, koila_tensor** out, const koila_tensor* x, 
                    const int64_t* stride, const int64_t* padding, int ceil_mode, bool max) {
   return op_entry(name, out, [&] {
     const NodePtr& input = node_of(x, "x");
-    KOILA_REQUIRE_NOT_NULL(kernel);
-    require_flag(ceil_mode, "ceil_mode");
+    const std::vector<int64_t> k = arg::ints(kernel, 2, "kernel");
+    const bool ceil = arg::flag(ceil_mode, "ceil_mode");
     require_floating(input, "x");
-    const std::vector<int64_t> k(kernel, kernel + 2);
-    const auto s = stride ? std::vector<int64_t>(stride, stride + 2) : k;
-    const auto p = param(padding, 2, 0);
-    const bool ceil = ceil_mode != 0;
+    const auto s = stride ? arg::ints(stride, 2, "stride") : k;
+    const auto p = arg::ints_or(padding, 2, 0);
     const int64_t rank = rank_of(input);
     if (rank != 3 && rank != 4)
       fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
@@ -187,12 +181,11 @@ KOILA_API koila_status* koila_adaptive_avg_pool2d(koila_tensor** out, const koil
                                                   const int64_t* output_size) {
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
-    KOILA_REQUIRE_NOT_NULL(output_size);
+    const std::vector<int64_t> size = arg::ints(output_size, 2, "output_size");
     require_floating(input, "x");
     const int64_t rank = rank_of(input);
     if (rank != 3 && rank != 4)
       fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
-    const std::vector<int64_t> size(output_size, output_size + 2);
     for (int64_t s : size)
       if (s <= 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "output_size must be positive, got " + shape_string(size));
     return build({"koila_adaptive_avg_pool2d",
@@ -209,14 +202,13 @@ KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor*
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
     require_floating(input, "x");
-    require_flag(training, "training");
+    const bool train = arg::flag(training, "training");
     if (rank_of(input) < 2)
       fail(KOILA_ERROR_SHAPE, "batch_norm expects an input [N, C, ...] of rank 2 or more, got " +
                                   shape_string(input->meta.shape));
-    if (!training && (!running_mean || !running_var))
+    if (!train && (!running_mean || !running_var))
       fail(KOILA_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed when training is 0");
     if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
-    const bool train = training != 0;
     BatchRule rule = train ? BatchRule([](const Metas&, const Meta&) {
       return batch::couple("batch_norm in training normalizes with statistics over the batch");
     })
@@ -275,7 +267,7 @@ KOILA_API koila_status* koila_scaled_dot_product_attention(koila_tensor** out, c
     const NodePtr& key = node_of(k, "k");
     const NodePtr& value = node_of(v, "v");
     NodePtr mask = optional_node(attn_mask);
-    require_flag(is_causal, "is_causal");
+    const bool causal = arg::flag(is_causal, "is_causal");
     for (const NodePtr* t : {&query, &key, &value}) {
       require_floating(*t, "q, k and v");
       if (rank_of(*t) < 2) fail(KOILA_ERROR_SHAPE, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
@@ -286,7 +278,6 @@ KOILA_API koila_status* koila_scaled_dot_product_attention(koila_tensor** out, c
                                   describe_inputs({query, key, value}));
     if (mask && mask->meta.dtype != at::kBool && !at::isFloatingType(mask->meta.dtype))
       fail(KOILA_ERROR_DTYPE, std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
-    const bool causal = is_causal != 0;
     return build({"koila_scaled_dot_product_attention",
                   [causal](const Tensors& in, const Node&) { return attention(in[0], in[1], in[2], in[3], causal); },
                   attention_batch},

@@ -134,7 +134,7 @@ KOILA_API koila_status* koila_dropout(koila_tensor** out, const koila_tensor* x,
     require_floating(input, "x");
     if (!(p >= 0.0 && p <= 1.0))
       fail(KOILA_ERROR_INVALID_ARGUMENT, "dropout probability must be between 0 and 1, got " + std::to_string(p));
-    const bool on = train != 0;
+    const bool on = arg::flag(train, "train");
     return build({"koila_dropout", [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); }, {}, true},
                  {input});
   });

@@ -14,18 +14,16 @@ koila_status* reduction(const char* name, koila_tensor** out, const koila_tensor
   return op_entry(name, out, [&] {
     const NodePtr& input = node_of(x, "x");
     if (floating_only) require_floating(input, "x");
-    require_flag(keepdim, "keepdim");
-    if (ndims > 0 && dims == nullptr)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'dims' is NULL but ndims is " + std::to_string(ndims));
+    const bool keep = arg::flag(keepdim, "keepdim");
+    const std::vector<int64_t> given = arg::ints(dims, ndims, "dims");
     const int64_t rank = rank_of(input);
     std::vector<int64_t> d;
-    for (size_t i = 0; i < ndims; ++i) {
-      const int64_t n = normalize_dim(dims[i], rank, "dim");
+    for (int64_t dim : given) {
+      const int64_t n = normalize_dim(dim, rank, "dim");
       if (std::find(d.begin(), d.end(), n) != d.end())
-        fail(KOILA_ERROR_INVALID_ARGUMENT, "dim " + std::to_string(dims[i]) + " appears more than once in dims");
+        fail(KOILA_ERROR_INVALID_ARGUMENT, "dim " + std::to_string(dim) + " appears more than once in dims");
       d.push_back(n);
     }
-    const bool keep = keepdim != 0;
     // A mean averages over the reduced dims: that many elements per result element.
     CountFn count = [d](const Tensors& args) {
       double n = 1;
@@ -39,13 +37,14 @@ koila_status* reduction(const char* name, koila_tensor** out, const koila_tensor
   });
 }
 
-at::Reduction::Reduction to_reduction(koila_reduction r) {
-  switch (r) {
+// By reference: an unknown value is refused before it is loaded as a koila_reduction.
+at::Reduction::Reduction to_reduction(const koila_reduction& r) {
+  switch (arg::enumeration(r, "r", "koila_reduction", KOILA_REDUCTION_NONE, KOILA_REDUCTION_SUM)) {
     case KOILA_REDUCTION_NONE: return at::Reduction::None;
     case KOILA_REDUCTION_MEAN: return at::Reduction::Mean;
     case KOILA_REDUCTION_SUM: return at::Reduction::Sum;
   }
-  fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction " + std::to_string(static_cast<int>(r)));
+  fail(KOILA_ERROR_INTERNAL, "koila_reduction without a LibTorch reduction");
 }
 
 // The batch through a loss. `class_dim` is the dim of input 0 that the unreduced loss drops
@@ -102,7 +101,7 @@ BatchRule loss_batch(int64_t class_dim, at::Reduction::Reduction r) {
 using Loss = at::Tensor (*)(const at::Tensor&, const at::Tensor&, int64_t);
 
 koila_status* loss(const char* name, koila_tensor** out, const koila_tensor* input, const koila_tensor* target,
-                   koila_reduction r, Loss fn, bool has_classes) {
+                   const koila_reduction& r, Loss fn, bool has_classes) {
   return op_entry(name, out, [&] {
     const NodePtr& x = node_of(input, "input");
     const NodePtr& t = node_of(target, "target");
@@ -168,9 +167,8 @@ KOILA_API koila_status* koila_amin(koila_tensor** out, const koila_tensor* x, co
 KOILA_API koila_status* koila_argmax(koila_tensor** out, const koila_tensor* x, int64_t dim, int keepdim) {
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
-    require_flag(keepdim, "keepdim");
+    const bool keep = arg::flag(keepdim, "keepdim");
     const int64_t d = normalize_dim(dim, rank_of(input), "dim");
-    const bool keep = keepdim != 0;
     return build({"koila_argmax", [d, keep](const Tensors& in, const Node&) { return at::argmax(in[0], d, keep); },
                   batch::reduce({d}, keep, BatchReduction::None), true},
                  {input});

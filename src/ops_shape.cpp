@@ -38,17 +38,6 @@ BatchResult join_batch(const Metas& in, const Meta& out, int64_t join_dim, bool 
   return at_dim(out_pos);
 }
 
-std::vector<NodePtr> list_nodes(koila_tensor* const* ts, size_t n) {
-  if (n == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "the list of tensors is empty");
-  KOILA_REQUIRE_NOT_NULL(ts);
-  std::vector<NodePtr> nodes;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string what = "ts[" + std::to_string(i) + "]";
-    nodes.push_back(node_of(ts[i], what.c_str()));
-  }
-  return nodes;
-}
-
 }  // namespace
 
 extern "C" {
@@ -56,8 +45,7 @@ extern "C" {
 KOILA_API koila_status* koila_reshape(koila_tensor** out, const koila_tensor* x, const int64_t* shape, size_t ndim) {
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
-    if (ndim > 0 && shape == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'shape' is NULL");
-    std::vector<int64_t> target(shape, shape + ndim);
+    const std::vector<int64_t> target = arg::ints(shape, ndim, "shape");
     for (int64_t s : target)
       if (s < -1) fail(KOILA_ERROR_INVALID_ARGUMENT, "invalid size " + std::to_string(s) + " in shape " + shape_string(target));
     return build({"koila_reshape",
@@ -93,12 +81,12 @@ KOILA_API koila_status* koila_permute(koila_tensor** out, const koila_tensor* x,
     if (static_cast<int64_t>(ndim) != rank)
       fail(KOILA_ERROR_INVALID_ARGUMENT, "permute needs " + std::to_string(rank) + " dims for a tensor of shape " +
                                              shape_string(input->meta.shape) + ", got " + std::to_string(ndim));
-    if (ndim > 0 && dims == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'dims' is NULL");
+    const std::vector<int64_t> given = arg::ints(dims, ndim, "dims");
     std::vector<int64_t> order;
     std::vector<bool> seen(static_cast<size_t>(rank), false);
-    for (size_t i = 0; i < ndim; ++i) {
-      const int64_t d = normalize_dim(dims[i], rank, "dim");
-      if (seen[d]) fail(KOILA_ERROR_INVALID_ARGUMENT, "permute: dim " + std::to_string(dims[i]) + " repeats");
+    for (int64_t dim : given) {
+      const int64_t d = normalize_dim(dim, rank, "dim");
+      if (seen[d]) fail(KOILA_ERROR_INVALID_ARGUMENT, "permute: dim " + std::to_string(dim) + " repeats");
       seen[d] = true;
       order.push_back(d);
     }
@@ -156,7 +144,7 @@ KOILA_API koila_status* koila_unsqueeze(koila_tensor** out, const koila_tensor* 
 
 KOILA_API koila_status* koila_cat(koila_tensor** out, koila_tensor* const* ts, size_t n, int64_t dim) {
   return op_entry(__func__, out, [&] {
-    std::vector<NodePtr> nodes = list_nodes(ts, n);
+    std::vector<NodePtr> nodes = arg::tensors(ts, n, "ts");
     const int64_t rank = rank_of(nodes[0]);
     if (rank == 0) fail(KOILA_ERROR_SHAPE, "cat cannot join scalars (rank 0); use koila_stack");
     for (const NodePtr& node : nodes)
@@ -171,7 +159,7 @@ KOILA_API koila_status* koila_cat(koila_tensor** out, koila_tensor* const* ts, s
 
 KOILA_API koila_status* koila_stack(koila_tensor** out, koila_tensor* const* ts, size_t n, int64_t dim) {
   return op_entry(__func__, out, [&] {
-    std::vector<NodePtr> nodes = list_nodes(ts, n);
+    std::vector<NodePtr> nodes = arg::tensors(ts, n, "ts");
     const int64_t d = normalize_dim(dim, rank_of(nodes[0]) + 1, "dim");
     return build({"koila_stack", [d](const Tensors& in, const Node&) { return at::stack(in, d); },
                   [d](const Metas& in, const Meta& out) { return join_batch(in, out, d, true); }},

@@ -6,12 +6,13 @@
 #include <limits>
 #include <sstream>
 
+#include "args.h"
 #include "error.h"
 
 namespace koila {
 
-at::ScalarType to_scalar_type(koila_dtype dtype) {
-  switch (dtype) {
+at::ScalarType to_scalar_type(const koila_dtype& dtype) {
+  switch (arg::enumeration(dtype, "dtype", "koila_dtype", KOILA_FLOAT32, KOILA_BOOL)) {
     case KOILA_FLOAT32: return at::kFloat;
     case KOILA_FLOAT64: return at::kDouble;
     case KOILA_FLOAT16: return at::kHalf;
@@ -22,7 +23,7 @@ at::ScalarType to_scalar_type(koila_dtype dtype) {
     case KOILA_UINT8: return at::kByte;
     case KOILA_BOOL: return at::kBool;
   }
-  fail(KOILA_ERROR_DTYPE, "unknown koila_dtype " + std::to_string(static_cast<int>(dtype)));
+  fail(KOILA_ERROR_INTERNAL, "koila_dtype without a LibTorch type");
 }
 
 koila_dtype to_koila_dtype(at::ScalarType type) {
@@ -44,7 +45,7 @@ koila_dtype to_koila_dtype(at::ScalarType type) {
 const char* dtype_name(at::ScalarType type) { return c10::toString(type); }
 
 c10::Device parse_device(const char* device) {
-  KOILA_REQUIRE_NOT_NULL(device);
+  arg::not_null(device, "device");
   const std::string text(device);
   if (text == "cpu") return c10::Device(c10::kCPU);
   int64_t index = -1;
@@ -84,12 +85,10 @@ uint64_t checked_numel(const std::vector<int64_t>& shape) {
 }
 
 std::vector<int64_t> checked_shape(const int64_t* shape, size_t ndim, const char* what) {
-  if (ndim > 0 && shape == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " is NULL but ndim is " + std::to_string(ndim));
   if (ndim > 64)
     fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " has " + std::to_string(ndim) +
                                            " dims; at most 64 are supported");
-  std::vector<int64_t> out(shape, shape + ndim);
+  const std::vector<int64_t> out = arg::ints(shape, ndim, what);
   for (size_t i = 0; i < ndim; ++i)
     if (out[i] < 0)
       fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " " + shape_string(out) + " has a negative size at dim " +
@@ -115,10 +114,6 @@ std::string shape_string(at::IntArrayRef shape) {
   return os.str();
 }
 
-std::vector<int64_t> int_array(const int64_t* ptr, size_t n) {
-  return ptr ? std::vector<int64_t>(ptr, ptr + n) : std::vector<int64_t>{};
-}
-
 void check_allocation(uint64_t bytes, const c10::Device& device) {
   if (!device.is_cpu()) return;  // the CUDA allocator fails cleanly by itself
   static const uint64_t physical = [] {
@@ -132,8 +127,7 @@ void check_allocation(uint64_t bytes, const c10::Device& device) {
 }
 
 void write_text(const std::string& text, char* buf, size_t capacity, size_t* needed) {
-  if (capacity > 0 && buf == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "argument 'buf' is NULL but capacity is " + std::to_string(capacity));
+  arg::buffer(buf, capacity);
   if (needed) *needed = text.size() + 1;
   if (capacity == 0) return;
   const size_t n = std::min(capacity - 1, text.size());

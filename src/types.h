@@ -11,7 +11,9 @@
 
 namespace koila {
 
-at::ScalarType to_scalar_type(koila_dtype dtype);  // KOILA_ERROR_DTYPE when unknown
+// Takes the argument by reference: an unknown value is refused before it is ever loaded as
+// a koila_dtype (KOILA_ERROR_INVALID_ARGUMENT, see args.h).
+at::ScalarType to_scalar_type(const koila_dtype& dtype);
 koila_dtype to_koila_dtype(at::ScalarType type);    // KOILA_ERROR_DTYPE when not in the API
 const char* dtype_name(at::ScalarType type);
 
@@ -28,9 +30,6 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* what);
 
 // "[2, 3]"
 std::string shape_string(at::IntArrayRef shape);
-
-// An optional int array from the C API: empty when ptr is NULL, else exactly n entries.
-std::vector<int64_t> int_array(const int64_t* ptr, size_t n);
 
 // Refuses to allocate more than the machine could ever hold, before asking the allocator
 // (which on Linux may overcommit and let the process be killed later).

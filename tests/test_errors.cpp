@@ -103,7 +103,7 @@ TEST_F(BadInput, SizesShapesAndDims) {
       {"from_data NULL data", [&] { return koila_tensor_from_data(&out, nullptr, 24, KOILA_FLOAT32, s23, 2, "cpu"); },
        KOILA_ERROR_INVALID_ARGUMENT, "'data' is NULL"},
       {"from_data NULL shape", [&] { return koila_tensor_from_data(&out, data, 24, KOILA_FLOAT32, nullptr, 2, "cpu"); },
-       KOILA_ERROR_INVALID_ARGUMENT, "shape is NULL"},
+       KOILA_ERROR_INVALID_ARGUMENT, "argument 'shape' is NULL but its count is 2"},
       {"negative size", [&] { return koila_tensor_zeros(&out, negative, 2, KOILA_FLOAT32, "cpu"); },
        KOILA_ERROR_INVALID_ARGUMENT, "negative size at dim 1"},
       {"absurd dims overflow", [&] { return koila_tensor_zeros(&out, absurd, 2, KOILA_FLOAT32, "cpu"); },
@@ -154,6 +154,49 @@ TEST_F(BadInput, SizesShapesAndDims) {
   });
 }
 
+// Flags are strictly 0 or 1 and enums are range-checked ints, in every entry point that
+// takes one (koila.h, "Conventions").
+TEST_F(BadInput, FlagsAndEnumsOutOfRange) {
+  koila_plan* plan = reinterpret_cast<koila_plan*>(0x1);
+  Handle mask = from_aten(at::ones({4, 4}, at::kBool));
+  Handle p = from_aten(at::randn({3}));
+  Handle target = from_aten(at::zeros({4}, at::kLong), 0);
+  const int64_t k[] = {2, 2}, dim1[] = {1};
+  run({
+      {"requires_grad 2", [&] { return koila_tensor_set_requires_grad(p.get(), 2); }, KOILA_ERROR_INVALID_ARGUMENT, "flag must be 0 or 1, got 2"},
+      {"requires_grad -1", [&] { return koila_tensor_set_requires_grad(p.get(), -1); }, KOILA_ERROR_INVALID_ARGUMENT, "flag must be 0 or 1"},
+      {"dropout train 2", [&] { return koila_dropout(&out, x.get(), 0.5, 2); }, KOILA_ERROR_INVALID_ARGUMENT, "train must be 0 or 1, got 2"},
+      {"sum keepdim -1", [&] { return koila_sum(&out, x.get(), dim1, 1, -1); }, KOILA_ERROR_INVALID_ARGUMENT, "keepdim must be 0 or 1"},
+      {"mean keepdim 2", [&] { return koila_mean(&out, x.get(), nullptr, 0, 2); }, KOILA_ERROR_INVALID_ARGUMENT, "keepdim must be 0 or 1"},
+      {"amax keepdim 3", [&] { return koila_amax(&out, x.get(), nullptr, 0, 3); }, KOILA_ERROR_INVALID_ARGUMENT, "keepdim must be 0 or 1"},
+      {"amin keepdim 3", [&] { return koila_amin(&out, x.get(), nullptr, 0, 3); }, KOILA_ERROR_INVALID_ARGUMENT, "keepdim must be 0 or 1"},
+      {"argmax keepdim 2", [&] { return koila_argmax(&out, x.get(), 1, 2); }, KOILA_ERROR_INVALID_ARGUMENT, "keepdim must be 0 or 1"},
+      {"max_pool ceil_mode 2", [&] { return koila_max_pool2d(&out, img.get(), k, nullptr, nullptr, 2); }, KOILA_ERROR_INVALID_ARGUMENT, "ceil_mode must be 0 or 1"},
+      {"avg_pool ceil_mode 9", [&] { return koila_avg_pool2d(&out, img.get(), k, nullptr, nullptr, 9); }, KOILA_ERROR_INVALID_ARGUMENT, "ceil_mode must be 0 or 1"},
+      {"batch_norm training 2", [&] { return koila_batch_norm(&out, img.get(), nullptr, nullptr, nullptr, nullptr, 2, 0.1, 1e-5); },
+       KOILA_ERROR_INVALID_ARGUMENT, "training must be 0 or 1"},
+      {"attention is_causal 2", [&] { return koila_scaled_dot_product_attention(&out, x.get(), x.get(), x.get(), mask.get(), 2); },
+       KOILA_ERROR_INVALID_ARGUMENT, "is_causal must be 0 or 1"},
+      {"plan mode 2", [&] { return koila_plan_new(&plan, x.get(), static_cast<koila_mode>(2)); }, KOILA_ERROR_INVALID_ARGUMENT,
+       "unknown koila_mode 2 for argument 'mode'"},
+      {"plan mode -1", [&] { return koila_plan_new(&plan, x.get(), static_cast<koila_mode>(-1)); }, KOILA_ERROR_INVALID_ARGUMENT,
+       "unknown koila_mode -1"},
+      {"cross_entropy reduction 3", [&] { return koila_cross_entropy(&out, x.get(), target.get(), static_cast<koila_reduction>(3)); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction 3"},
+      {"nll reduction -7", [&] { return koila_nll_loss(&out, x.get(), target.get(), static_cast<koila_reduction>(-7)); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction -7"},
+      {"l1 reduction big", [&] { return koila_l1_loss(&out, x.get(), x.get(), static_cast<koila_reduction>(1 << 20)); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction"},
+      {"bce reduction 3", [&] { return koila_binary_cross_entropy_with_logits(&out, x.get(), x.get(), static_cast<koila_reduction>(3)); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction 3"},
+      {"ones dtype 9", [&] { return koila_tensor_ones(&out, s23, 2, static_cast<koila_dtype>(9), "cpu"); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_dtype 9"},
+      {"randn dtype -3", [&] { return koila_tensor_randn(&out, s23, 2, static_cast<koila_dtype>(-3), "cpu"); },
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_dtype -3"},
+  });
+  EXPECT_EQ(plan, nullptr) << "a failed koila_plan_new leaves *out NULL";
+}
+
 TEST_F(BadInput, ShapesThatDoNotFit) {
   Handle y = from_aten(at::randn({5, 2}), 0);
   Handle wrong_channels = from_aten(at::randn({4, 5, 3, 3}));
@@ -198,9 +241,9 @@ TEST_F(BadInput, DtypesAndDevices) {
   float data[6] = {0};
   run({
       {"unknown dtype", [&] { return koila_tensor_from_data(&out, data, 24, static_cast<koila_dtype>(42), s23, 2, "cpu"); },
-       KOILA_ERROR_DTYPE, "unknown koila_dtype 42"},
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_dtype 42"},
       {"unknown dtype zeros", [&] { return koila_tensor_zeros(&out, s23, 2, static_cast<koila_dtype>(-1), "cpu"); },
-       KOILA_ERROR_DTYPE, "unknown koila_dtype -1"},
+       KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_dtype -1"},
       {"randn of ints", [&] { return koila_tensor_randn(&out, s23, 2, KOILA_INT64, "cpu"); }, KOILA_ERROR_DTYPE, "floating dtype"},
       {"softmax of ints", [&] { return koila_softmax(&out, ints.get(), 1); }, KOILA_ERROR_DTYPE, "floating point"},
       {"mean of ints", [&] { return koila_mean(&out, ints.get(), nullptr, 0, 0); }, KOILA_ERROR_DTYPE, "floating point"},
