@@ -220,7 +220,8 @@ KOILA_API koila_status* koila_tensor_grad(koila_tensor** out, const koila_tensor
   return guard(__func__, [&] {
     arg::out(out);
     const NodePtr& node = node_of(t, "t");
-    if (node->kind == NodeKind::Op) return;
+    // Only leaves accumulate a .grad; asking a non-leaf makes LibTorch print a warning.
+    if (node->kind == NodeKind::Op || !node->value.is_leaf()) return;
     const at::Tensor& grad = node->value.grad();
     if (grad.defined()) set_out(out, make_constant(grad));
   });
@@ -229,7 +230,7 @@ KOILA_API koila_status* koila_tensor_grad(koila_tensor** out, const koila_tensor
 KOILA_API koila_status* koila_tensor_zero_grad(koila_tensor* t) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    if (node->kind == NodeKind::Op) return;
+    if (node->kind == NodeKind::Op || !node->value.is_leaf()) return;
     at::NoGradGuard no_grad;
     const at::Tensor& grad = node->value.grad();
     if (grad.defined()) grad.zero_();

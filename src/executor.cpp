@@ -154,6 +154,19 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
                                /*allow_unused=*/true);
 }
 
+namespace {
+
+// Whether a computed gradient can become a leaf's .grad as it is: dense memory of its own,
+// laid out like the leaf. Autograd often hands back views instead (an expanded ones for a
+// sum, whose elements share one location; a transpose of one; a slice of a larger buffer),
+// and a later backward adds into .grad in place, which such views cannot take.
+bool owns_dense_memory_like(const at::Tensor& grad, const at::Tensor& leaf) {
+  return grad.is_non_overlapping_and_dense() && grad.strides() == leaf.strides() && grad.storage_offset() == 0 &&
+         grad.storage().nbytes() == static_cast<size_t>(grad.numel()) * grad.element_size();
+}
+
+}  // namespace
+
 void commit_gradients(const Tensors& leaves, const Tensors& grads) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -161,8 +174,10 @@ void commit_gradients(const Tensors& leaves, const Tensors& grads) {
     at::Tensor& grad = const_cast<at::Tensor&>(leaves[i]).mutable_grad();
     if (grad.defined())
       grad.add_(grads[i]);
-    else
+    else if (owns_dense_memory_like(grads[i], leaves[i]))
       grad = grads[i];
+    else
+      grad = at::empty_like(leaves[i]).copy_(grads[i]);
   }
 }
 

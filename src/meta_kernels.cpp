@@ -86,6 +86,18 @@ void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
     TORCH_CHECK(p[i] >= 0, "negative padding is not supported");
     TORCH_CHECK(d[i] > 0, "dilation should be greater than zero");
   }
+  // What LibTorch's own kernels refuse for empty tensors, refused here too, so that a lazy
+  // graph fails when it is built rather than when it runs. With 0 input channels the CPU
+  // kernel of LibTorch 1.13 returns a result shaped [N, 0, ...] instead of [N, out, ...]
+  // (found by the API fuzzer), so that case is refused rather than inferred differently.
+  TORCH_CHECK(input.size(1) > 0, "convolution over an input with 0 channels is not supported (input of size ",
+              input.sizes(), ")");
+  TORCH_CHECK(transposed || weight.size(0) >= groups, "Given groups=", groups, ", expected weight to be at least ",
+              groups, " at dimension 0, but got weight of size ", weight.sizes(), " instead");
+  if (input.size(0) > 0)
+    for (int64_t i = 0; i < spatial; ++i)
+      TORCH_CHECK(input.size(i + 2) > 0, "Only zero batch or zero channel inputs are supported, but got input shape: ",
+                  input.sizes());
   TORCH_CHECK_TYPE(input.scalar_type() == weight.scalar_type(), "input type (", input.scalar_type(),
                    ") and weight type (", weight.scalar_type(), ") should be the same");
   int64_t out_channels;

@@ -118,7 +118,11 @@ KOILA_API koila_status* koila_squeeze(koila_tensor** out, const koila_tensor* x,
   return op_entry(__func__, out, [&] {
     const NodePtr& input = node_of(x, "x");
     const int64_t d = normalize_dim(dim, rank_of(input), "dim");
-    return build({"koila_squeeze", [d](const Tensors& in, const Node&) { return in[0].squeeze(d); },
+    // Whether the dim goes is decided here, on the full shape: a chunk of one sample
+    // must not lose a batch dim that the whole batch keeps (found by the API fuzzer).
+    const bool removes = rank_of(input) > 0 && input->meta.shape[d] == 1;
+    return build({"koila_squeeze",
+                  [d, removes](const Tensors& in, const Node&) { return removes ? in[0].squeeze(d) : in[0].alias(); },
                   [d](const Metas& in, const Meta& out) {
                     const Meta& m = *in[0];
                     if (m.batch_dim < 0 || out.shape.size() == m.shape.size()) return at_dim(m.batch_dim);

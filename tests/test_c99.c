@@ -178,9 +178,12 @@ int main(int argc, char **argv) {
   CHECK(strstr(koila_status_message(s), "exactly one element") != NULL);
   koila_status_free(s);
 
-  s = koila_tensor_zeros(&h, xshape, 2, KOILA_FLOAT32, "cuda");
-  CHECK(koila_status_code(s) == KOILA_ERROR_DEVICE);
-  koila_status_free(s);
+  { /* A failed call sets its out to NULL: never pass a live handle's variable. */
+    koila_tensor *none = x;
+    s = koila_tensor_zeros(&none, xshape, 2, KOILA_FLOAT32, "cuda");
+    CHECK(koila_status_code(s) == KOILA_ERROR_DEVICE && none == NULL);
+    koila_status_free(s);
+  }
 
   s = koila_add(NULL, x, x);
   CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);

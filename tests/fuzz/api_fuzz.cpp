@@ -1,0 +1,1186 @@
+// The API fuzzer: random sequences of every function in koila.h, checked call by call.
+//
+// A program is a stream of bytes; each step reads which function to call and with what
+// (handles from the live pools or NULL, random shapes of rank 0-5 with zero-size dims,
+// every dtype and invalid ones, devices good and bad, dims in and out of range, flags and
+// enums in and out of range, arrays NULL or not, budgets that force chunks or refuse
+// everything, modules from a corpus of good, truncated and junk files) and frees handles in
+// random order. After every call it checks that
+//   - a failing call returns a code in range with a non-empty message naming the function,
+//     and never KOILA_ERROR_INTERNAL (that is koila admitting a bug);
+//   - `out` is NULL or untouched after a failure, and a real handle after success;
+// and the process must not crash, abort or (under LeakSanitizer) leak.
+//
+// The bytes come from a seeded PRNG (`--seed S --calls N`, what CI runs), from a file
+// (`--replay FILE`), or from libFuzzer (built with clang -fsanitize=fuzzer, which defines
+// KOILA_LIBFUZZER). The same seed always replays the same calls: a failure prints the seed
+// and call index, and `--trace` prints every call.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "int_enums.h"
+#include "koila.h"
+
+namespace {
+
+// ---------------------------------------------------------------- the byte stream
+
+uint64_t splitmix(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Random choices, read from a buffer (libFuzzer, replay) or drawn from a seeded PRNG.
+class Source {
+ public:
+  explicit Source(uint64_t seed) : seeded_(true), state_(seed) {}
+  Source(const uint8_t* data, size_t size) : seeded_(false), data_(data), size_(size) {}
+
+  bool exhausted() const { return !seeded_ && pos_ >= size_; }
+  uint64_t u64() {
+    if (seeded_) return splitmix(state_);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v = (v << 8) | (pos_ < size_ ? data_[pos_++] : 0);
+    return v;
+  }
+  uint32_t small() {  // one byte from a buffer: keeps libFuzzer inputs short
+    if (seeded_) return static_cast<uint32_t>(splitmix(state_));
+    return pos_ < size_ ? data_[pos_++] : 0;
+  }
+  int below(int n) { return n <= 1 ? 0 : static_cast<int>(small() % static_cast<uint32_t>(n)); }
+  int64_t range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(u64() % static_cast<uint64_t>(hi - lo + 1)); }
+  bool chance(int percent) { return below(100) < percent; }
+  double real(double lo, double hi) { return lo + (hi - lo) * (static_cast<double>(u64() >> 11) / 9007199254740992.0); }
+
+ private:
+  bool seeded_;
+  uint64_t state_ = 0;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0, pos_ = 0;
+};
+
+// ---------------------------------------------------------------- failures
+
+std::string g_context;  // "seed S" or "input FILE"
+long g_call = 0;
+std::vector<std::string> g_recent;  // the last calls, printed with a failure
+bool g_trace = false;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "api_fuzz: FAILURE at call %ld (%s): %s\nlast calls:\n", g_call, g_context.c_str(),
+               what.c_str());
+  for (const std::string& line : g_recent) std::fprintf(stderr, "  %s\n", line.c_str());
+  std::fprintf(stderr, "replay: koila_api_fuzz %s --calls %ld --trace\n", g_context.c_str(), g_call + 1);
+  std::abort();
+}
+
+std::string g_picked;  // with --trace: the shapes of the tensors the next call was given
+
+void note(const std::string& text) {
+  const std::string line = g_picked.empty() ? text : text + " (" + g_picked + ")";
+  g_picked.clear();
+  if (g_trace) std::fprintf(stderr, "[%ld] %s\n", g_call, line.c_str());
+  g_recent.push_back(line);
+  if (g_recent.size() > 24) g_recent.erase(g_recent.begin());
+}
+
+std::map<std::string, std::map<int, long>> g_outcomes;  // function -> code -> count
+
+// Checks a returned status; true when the call succeeded.
+bool check(koila_status* s, const char* fn) {
+  const koila_code code = koila_status_code(s);
+  g_outcomes[fn][static_cast<int>(code)]++;
+  if (s == nullptr) {
+    if (code != KOILA_OK) die(std::string(fn) + ": a NULL status has a code");
+    return true;
+  }
+  if (code < KOILA_ERROR_INVALID_ARGUMENT || code > KOILA_ERROR_INTERNAL)
+    die(std::string(fn) + ": status code out of range: " + std::to_string(static_cast<int>(code)));
+  const char* message = koila_status_message(s);
+  if (message == nullptr || *message == '\0') die(std::string(fn) + ": empty status message");
+  if (std::strstr(message, fn) == nullptr)
+    die(std::string(fn) + ": the message does not name the function: " + message);
+  if (code == KOILA_ERROR_INTERNAL) die(std::string(fn) + ": internal error: " + message);
+  if (g_trace) std::fprintf(stderr, "     -> %d %s\n", static_cast<int>(code), message);
+  koila_status_free(s);
+  return false;
+}
+
+// An out-parameter preset to this is "untouched" if still equal after a failure.
+template <class T>
+T* sentinel() {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(0x5a5a5a50));
+}
+
+// Checks `out` after a call that returned ok (true) or failed (false); true when it holds
+// a new handle.
+template <class T>
+bool check_out(bool ok, T* out, const char* fn) {
+  if (ok) {
+    if (out == nullptr || out == sentinel<T>()) die(std::string(fn) + ": succeeded without setting out");
+    return true;
+  }
+  if (out != nullptr && out != sentinel<T>()) die(std::string(fn) + ": failed but left a handle in out");
+  return false;
+}
+
+// ---------------------------------------------------------------- state
+
+struct TensorInfo {
+  koila_tensor* handle;
+  int depth;  // longest chain of ops behind it (keeps lazy graphs small)
+};
+
+struct State {
+  Source& in;
+  std::vector<TensorInfo> tensors;
+  std::vector<koila_plan*> plans;
+  std::vector<koila_module*> modules;
+  std::vector<koila_optimizer*> optimizers;
+  std::vector<std::string> module_files;  // the corpus: good, truncated and junk files
+  std::string scratch;                    // a directory koila_module_save may write to
+
+  explicit State(Source& source) : in(source) {}
+};
+
+constexpr size_t kMaxTensors = 48, kMaxPlans = 8, kMaxModules = 3, kMaxOptimizers = 4;
+constexpr int kMaxDepth = 10;
+
+std::vector<int64_t> shape_of(koila_tensor* t) {
+  size_t ndim = 0;
+  int64_t dims[8];
+  koila_status* s = koila_tensor_shape(t, dims, 8, &ndim);
+  if (s) die(std::string("koila_tensor_shape of a live handle failed: ") + koila_status_message(s));
+  return std::vector<int64_t>(dims, dims + std::min<size_t>(ndim, 8));
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A live tensor, or NULL now and then (and when there is none).
+koila_tensor* pick(State& st, int* depth = nullptr, int null_percent = 3) {
+  if (st.tensors.empty() || st.in.chance(null_percent)) {
+    if (depth) *depth = 0;
+    return nullptr;
+  }
+  const TensorInfo& t = st.tensors[st.in.below(static_cast<int>(st.tensors.size()))];
+  if (depth) *depth = std::max(*depth, t.depth);
+  if (g_trace) {
+    std::ostringstream os;
+    os << (g_picked.empty() ? "" : ", ") << '[';
+    const std::vector<int64_t> shape = shape_of(t.handle);
+    for (size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
+    int64_t b = -1;
+    koila_status_free(koila_tensor_batch_dim(t.handle, &b));
+    os << ']' << (b >= 0 ? " batch " + std::to_string(b) : "");
+    g_picked += os.str();
+  }
+  return t.handle;
+}
+
+// An optional tensor argument (bias, masks): NULL half the time.
+koila_tensor* optional(State& st, int* depth) { return st.in.chance(50) ? nullptr : pick(st, depth, 0); }
+
+void free_tensor_at(State& st, size_t i) {
+  koila_tensor_free(st.tensors[i].handle);
+  st.tensors.erase(st.tensors.begin() + static_cast<long>(i));
+}
+
+void keep(State& st, koila_tensor* t, int depth) {
+  if (depth > kMaxDepth || st.tensors.size() >= kMaxTensors) {
+    // Too deep or too many: keep the pool small and graphs cheap to plan.
+    if (depth > kMaxDepth) {
+      koila_tensor_free(t);
+      return;
+    }
+    free_tensor_at(st, static_cast<size_t>(st.in.below(static_cast<int>(st.tensors.size()))));
+  }
+  st.tensors.push_back({t, depth});
+}
+
+const char* device(State& st) {
+  static const char* const devices[] = {"cpu", "cpu", "cpu", "cpu", "cpu", "cpu", "cuda", "cuda:1", "gpu", "cpu:0", "",
+                                        "cuda:x", "cuda:99999999999"};
+  if (st.in.chance(2)) return nullptr;
+  return devices[st.in.below(sizeof devices / sizeof *devices)];
+}
+
+// Any int for an enum: mostly valid values, sometimes not. Passed on as an int through
+// int_enums.c, as a C, Java or Julia caller would.
+int enum_value(State& st, int count) {
+  return st.in.chance(8) ? static_cast<int>(st.in.range(-3, count + 3)) : st.in.below(count);
+}
+
+int flag(State& st) { return st.in.chance(6) ? static_cast<int>(st.in.range(-2, 5)) : st.in.below(2); }
+
+int64_t dim(State& st) { return st.in.chance(85) ? st.in.range(-3, 3) : st.in.range(-9, 9); }
+
+// A shape of rank 0-5 with small sizes, zero-size dims now and then.
+std::vector<int64_t> random_shape(State& st) {
+  std::vector<int64_t> shape(static_cast<size_t>(st.in.below(6)));
+  for (int64_t& d : shape) d = st.in.chance(6) ? 0 : st.in.range(1, 4);
+  return shape;
+}
+
+// Int arrays: eight entries of storage whatever the count, so that functions reading a
+// fixed number of entries (stride[2]) never read past them; NULL now and then.
+struct Ints {
+  int64_t v[8];
+  size_t n;
+  bool null;
+  const int64_t* ptr() const { return null ? nullptr : v; }
+};
+
+Ints ints(State& st, size_t max_n, int64_t lo, int64_t hi) {
+  Ints a{};
+  a.n = static_cast<size_t>(st.in.below(static_cast<int>(max_n) + 1));
+  for (int64_t& x : a.v) x = st.in.range(lo, hi);
+  a.null = st.in.chance(8);
+  return a;
+}
+
+size_t element_size(koila_dtype d) {
+  switch (d) {
+    case KOILA_FLOAT64: case KOILA_INT64: return 8;
+    case KOILA_FLOAT32: case KOILA_INT32: return 4;
+    case KOILA_FLOAT16: case KOILA_BFLOAT16: return 2;
+    default: return 1;
+  }
+}
+
+// ---------------------------------------------------------------- actions
+
+using Action = std::function<void(State&)>;
+struct Entry {
+  const char* name;  // the koila.h function this action exercises
+  Action run;
+  int weight;
+};
+
+// Calls an op returning a tensor, with the standard checks, and keeps the result.
+void op_result(State& st, const char* fn, int depth, const std::function<koila_status*(koila_tensor**)>& call) {
+  koila_tensor* out = sentinel<koila_tensor>();
+  const bool ok = check(call(&out), fn);
+  if (check_out(ok, out, fn)) keep(st, out, depth + 1);
+}
+
+void unary(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koila_tensor**, const koila_tensor*)) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* x = pick(st, &d);
+                     note(std::string(name));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, x); });
+                   },
+                   2});
+}
+
+void binary(std::vector<Entry>& table, const char* name,
+            koila_status* (*fn)(koila_tensor**, const koila_tensor*, const koila_tensor*)) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* a = pick(st, &d);
+                     koila_tensor* b = pick(st, &d);
+                     note(std::string(name));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, a, b); });
+                   },
+                   2});
+}
+
+void scalar(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koila_tensor**, const koila_tensor*, double)) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* a = pick(st, &d);
+                     const double s = st.in.chance(5) ? NAN : st.in.real(-3, 3);
+                     note(std::string(name) + " " + std::to_string(s));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, a, s); });
+                   },
+                   1});
+}
+
+using DimFn = koila_status* (*)(koila_tensor**, const koila_tensor*, int64_t);
+void with_dim(std::vector<Entry>& table, const char* name, DimFn fn) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* x = pick(st, &d);
+                     const int64_t a = dim(st);
+                     note(std::string(name) + " " + std::to_string(a));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, x, a); });
+                   },
+                   2});
+}
+
+using TwoDimFn = koila_status* (*)(koila_tensor**, const koila_tensor*, int64_t, int64_t);
+void with_two_dims(std::vector<Entry>& table, const char* name, TwoDimFn fn) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* x = pick(st, &d);
+                     const int64_t a = dim(st), b = dim(st);
+                     note(std::string(name) + " " + std::to_string(a) + " " + std::to_string(b));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, x, a, b); });
+                   },
+                   2});
+}
+
+using ReduceFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const int64_t*, size_t, int);
+void reduction(std::vector<Entry>& table, const char* name, ReduceFn fn) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* x = pick(st, &d);
+                     const Ints dims = ints(st, 3, -4, 4);
+                     const int keepdim = flag(st);
+                     note(std::string(name) + " ndims " + std::to_string(dims.n));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, x, dims.ptr(), dims.n, keepdim); });
+                   },
+                   2});
+}
+
+using LossFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const koila_tensor*, int);
+void loss(std::vector<Entry>& table, const char* name, LossFn fn) {
+  table.push_back({name, [name, fn](State& st) {
+                     int d = 0;
+                     koila_tensor* a = pick(st, &d);
+                     koila_tensor* b = pick(st, &d);
+                     const int r = enum_value(st, 3);
+                     note(std::string(name));
+                     op_result(st, name, d, [&](koila_tensor** o) { return fn(o, a, b, r); });
+                   },
+                   2});
+}
+
+void make_data(State& st, const char* name) {
+  const std::vector<int64_t> shape = random_shape(st);
+  const int raw = enum_value(st, 9);
+  const size_t esize = raw >= 0 && raw < 9 ? element_size(static_cast<koila_dtype>(raw)) : 4;
+  size_t nbytes = static_cast<size_t>(numel(shape)) * esize;
+  if (st.in.chance(5)) nbytes += static_cast<size_t>(st.in.range(1, 9));
+  std::vector<uint8_t> data(nbytes + 8);
+  for (size_t i = 0; i < nbytes; ++i)
+    data[i] = raw == KOILA_BOOL ? static_cast<uint8_t>(st.in.below(2)) : static_cast<uint8_t>(st.in.u64());
+  // Floats from random bytes are often NaN or huge: keep most of them tame.
+  if (raw == KOILA_FLOAT32 && st.in.chance(80))
+    for (size_t i = 0; i + 4 <= nbytes; i += 4) {
+      const float f = static_cast<float>(st.in.real(-2, 2));
+      std::memcpy(&data[i], &f, 4);
+    }
+  if (raw == KOILA_FLOAT64 && st.in.chance(80))
+    for (size_t i = 0; i + 8 <= nbytes; i += 8) {
+      const double f = st.in.real(-2, 2);
+      std::memcpy(&data[i], &f, 8);
+    }
+  const void* ptr = st.in.chance(3) ? nullptr : data.data();
+  const bool null_shape = !shape.empty() && st.in.chance(3);
+  const char* dev = device(st);
+  note(std::string(name) + " rank " + std::to_string(shape.size()) + " dtype " + std::to_string(raw));
+  op_result(st, name, 0, [&](koila_tensor** o) {
+    return fuzz_tensor_from_data(o, ptr, nbytes, raw, null_shape ? nullptr : shape.data(), shape.size(), dev);
+  });
+}
+
+using FactoryFn = koila_status* (*)(koila_tensor**, const int64_t*, size_t, int, const char*);
+void factory(std::vector<Entry>& table, const char* name, FactoryFn fn) {
+  table.push_back({name, [name, fn](State& st) {
+                     const std::vector<int64_t> shape = random_shape(st);
+                     const int dtype = enum_value(st, 9);
+                     const char* dev = device(st);
+                     note(std::string(name) + " rank " + std::to_string(shape.size()));
+                     op_result(st, name, 0, [&](koila_tensor** o) { return fn(o, shape.data(), shape.size(), dtype, dev); });
+                   },
+                   3});
+}
+
+// Reads into a buffer of the right size most of the time.
+void read_to_host(State& st) {
+  koila_tensor* t = pick(st);
+  size_t nbytes = 0;
+  if (t) {
+    koila_dtype d = KOILA_FLOAT32;
+    koila_status_free(koila_tensor_dtype(t, &d));
+    nbytes = static_cast<size_t>(numel(shape_of(t))) * element_size(d);
+  }
+  if (st.in.chance(10)) nbytes = static_cast<size_t>(st.in.range(0, 64));
+  std::vector<uint8_t> buffer(nbytes + 1);
+  note("koila_tensor_to_host " + std::to_string(nbytes));
+  check(koila_tensor_to_host(t, st.in.chance(3) ? nullptr : buffer.data(), nbytes), "koila_tensor_to_host");
+}
+
+void text_out(State& st, const char* name, const std::function<koila_status*(char*, size_t, size_t*)>& call) {
+  const size_t capacity = static_cast<size_t>(st.in.chance(30) ? 0 : st.in.range(1, 400));
+  std::vector<char> buf(capacity + 1, 'x');
+  size_t needed = 0;
+  const bool null_buf = st.in.chance(5);
+  const bool ok = check(call(null_buf ? nullptr : buf.data(), capacity, st.in.chance(10) ? nullptr : &needed), name);
+  if (ok && capacity > 0 && !null_buf && std::memchr(buf.data(), '\0', capacity) == nullptr)
+    die(std::string(name) + ": text not NUL-terminated within capacity");
+}
+
+void budget(State& st) {
+  uint64_t current = 0;
+  koila_status_free(koila_memory_stats("cpu", &current, nullptr));
+  uint64_t bytes;
+  switch (st.in.below(5)) {
+    case 0: bytes = 0; break;                                                    // automatic
+    case 1: bytes = current + static_cast<uint64_t>(st.in.range(0, 4096)); break;  // splits or refuses
+    case 2: bytes = current + static_cast<uint64_t>(st.in.range(0, 1 << 20)); break;
+    case 3: bytes = st.in.chance(50) ? UINT64_MAX : 1; break;
+    default: bytes = 0;
+  }
+  const char* dev = device(st);
+  note("koila_set_memory_budget " + std::to_string(bytes));
+  check(koila_set_memory_budget(dev, bytes), "koila_set_memory_budget");
+}
+
+void load_module(State& st) {
+  if (st.modules.size() >= kMaxModules) {
+    const size_t i = static_cast<size_t>(st.in.below(static_cast<int>(st.modules.size())));
+    koila_module_free(st.modules[i]);
+    st.modules.erase(st.modules.begin() + static_cast<long>(i));
+  }
+  const char* path = st.in.chance(3) || st.module_files.empty()
+                         ? nullptr
+                         : st.module_files[st.in.below(static_cast<int>(st.module_files.size()))].c_str();
+  const char* dev = device(st);
+  note(std::string("koila_module_load ") + (path ? path : "NULL"));
+  koila_module* out = sentinel<koila_module>();
+  const bool ok = check(koila_module_load(&out, path, dev), "koila_module_load");
+  if (check_out(ok, out, "koila_module_load")) st.modules.push_back(out);
+}
+
+koila_module* pick_module(State& st) {
+  if (st.modules.empty() || st.in.chance(4)) return nullptr;
+  return st.modules[st.in.below(static_cast<int>(st.modules.size()))];
+}
+
+koila_optimizer* pick_optimizer(State& st) {
+  if (st.optimizers.empty() || st.in.chance(4)) return nullptr;
+  return st.optimizers[st.in.below(static_cast<int>(st.optimizers.size()))];
+}
+
+koila_plan* pick_plan(State& st) {
+  if (st.plans.empty() || st.in.chance(4)) return nullptr;
+  return st.plans[st.in.below(static_cast<int>(st.plans.size()))];
+}
+
+void make_optimizer(State& st, bool adam) {
+  const char* fn = adam ? "koila_optimizer_adam" : "koila_optimizer_sgd";
+  std::vector<koila_tensor*> params(static_cast<size_t>(st.in.below(4)));
+  for (koila_tensor*& p : params) p = pick(st, nullptr, 2);
+  auto hyper = [&](double lo, double hi) {
+    return st.in.chance(4) ? (st.in.chance(50) ? NAN : -1.0) : st.in.real(lo, hi);
+  };
+  const double lr = hyper(0, 0.1), a = hyper(0, 0.99), b = hyper(0, 0.999), eps = hyper(1e-9, 1e-6), wd = hyper(0, 0.1);
+  note(std::string(fn) + " n " + std::to_string(params.size()));
+  if (st.optimizers.size() >= kMaxOptimizers) {
+    koila_optimizer_free(st.optimizers.front());
+    st.optimizers.erase(st.optimizers.begin());
+  }
+  koila_optimizer* out = sentinel<koila_optimizer>();
+  koila_tensor* const* list = st.in.chance(3) ? nullptr : params.data();
+  const bool ok = check(adam ? koila_optimizer_adam(&out, list, params.size(), lr, a, b, eps, wd)
+                             : koila_optimizer_sgd(&out, list, params.size(), lr, a, wd),
+                        fn);
+  if (check_out(ok, out, fn)) st.optimizers.push_back(out);
+}
+
+// A plausible training step assembled from valid calls, so that chunked backward, module
+// calls and optimizer steps are reached often, not only by chance.
+void training_scenario(State& st) {
+  note("scenario: lazy batch, linear, tanh, mse, backward, sgd step");
+  const int64_t batch = st.in.range(1, 12), in = st.in.range(1, 5), out_f = st.in.range(1, 4);
+  std::vector<float> xs(static_cast<size_t>(batch * in)), ws(static_cast<size_t>(out_f * in)),
+      ys(static_cast<size_t>(batch * out_f));
+  for (float& v : xs) v = static_cast<float>(st.in.real(-1, 1));
+  for (float& v : ws) v = static_cast<float>(st.in.real(-1, 1));
+  for (float& v : ys) v = static_cast<float>(st.in.real(-1, 1));
+  const int64_t xshape[] = {batch, in}, wshape[] = {out_f, in}, yshape[] = {batch, out_f};
+  koila_tensor *x = nullptr, *w = nullptr, *y = nullptr, *lx = nullptr, *ly = nullptr, *h = nullptr, *t = nullptr,
+               *l = nullptr;
+  koila_optimizer* opt = nullptr;
+  bool ok = check(koila_tensor_from_data(&x, xs.data(), xs.size() * 4, KOILA_FLOAT32, xshape, 2, "cpu"), "koila_tensor_from_data") &&
+            check(koila_tensor_from_data(&w, ws.data(), ws.size() * 4, KOILA_FLOAT32, wshape, 2, "cpu"), "koila_tensor_from_data") &&
+            check(koila_tensor_from_data(&y, ys.data(), ys.size() * 4, KOILA_FLOAT32, yshape, 2, "cpu"), "koila_tensor_from_data") &&
+            check(koila_tensor_set_requires_grad(w, 1), "koila_tensor_set_requires_grad") &&
+            check(koila_lazy(&lx, x, 0), "koila_lazy") && check(koila_lazy(&ly, y, 0), "koila_lazy") &&
+            check(koila_linear(&h, lx, w, nullptr), "koila_linear") && check(koila_tanh(&t, h), "koila_tanh") &&
+            check(koila_mse_loss(&l, t, ly, st.in.chance(50) ? KOILA_REDUCTION_MEAN : KOILA_REDUCTION_SUM),
+                  "koila_mse_loss");
+  if (!ok) die("the training scenario failed to build");
+  // The budget in force may refuse (OUT_OF_MEMORY) but must never leave a half gradient.
+  if (check(koila_backward(l), "koila_backward") &&
+      check(koila_optimizer_sgd(&opt, &w, 1, 0.01, 0.0, 0.0), "koila_optimizer_sgd")) {
+    check(koila_optimizer_step(opt), "koila_optimizer_step");
+    koila_optimizer_free(opt);
+  }
+  // Hand some of it to the pools: later random calls reuse the graph and the parameter.
+  koila_tensor* handles[] = {x, w, y, lx, ly, h, t, l};
+  for (koila_tensor* handle : handles) {
+    if (st.in.chance(25)) keep(st, handle, 3);
+    else koila_tensor_free(handle);
+  }
+}
+
+std::vector<Entry> make_table() {
+  std::vector<Entry> table;
+  auto add = [&](const char* name, int weight, Action run) { table.push_back({name, std::move(run), weight}); };
+
+  // Library and status.
+  add("koila_version", 1, [](State&) {
+    note("koila_version");
+    if (std::strcmp(koila_version(), "0.1.0") != 0) die("koila_version changed");
+  });
+  add("koila_status_code", 1, [](State&) {
+    note("koila_status_code/message/free of NULL");
+    if (koila_status_code(nullptr) != KOILA_OK || std::strcmp(koila_status_message(nullptr), "") != 0)
+      die("a NULL status is not success");
+    koila_status_free(nullptr);
+  });
+  add("koila_status_message", 0, [](State&) {});
+  add("koila_status_free", 0, [](State&) {});
+  add("koila_manual_seed", 1, [](State& st) {
+    note("koila_manual_seed");
+    check(koila_manual_seed(st.in.u64()), "koila_manual_seed");
+  });
+
+  // Tensors.
+  add("koila_tensor_from_data", 6, [](State& st) { make_data(st, "koila_tensor_from_data"); });
+  factory(table, "koila_tensor_zeros", fuzz_tensor_zeros);
+  factory(table, "koila_tensor_ones", fuzz_tensor_ones);
+  factory(table, "koila_tensor_randn", fuzz_tensor_randn);
+  add("koila_tensor_free", 4, [](State& st) {
+    note("koila_tensor_free");
+    if (st.tensors.empty() || st.in.chance(10)) return koila_tensor_free(nullptr);
+    free_tensor_at(st, static_cast<size_t>(st.in.below(static_cast<int>(st.tensors.size()))));
+  });
+  add("koila_lazy", 8, [](State& st) {
+    int d = 0;
+    koila_tensor* t = pick(st, &d);
+    const int64_t batch_dim = st.in.chance(10) ? KOILA_NO_BATCH : dim(st);
+    note("koila_lazy " + std::to_string(batch_dim));
+    op_result(st, "koila_lazy", d - 1, [&](koila_tensor** o) { return koila_lazy(o, t, batch_dim); });
+  });
+  add("koila_tensor_shape", 1, [](State& st) {
+    koila_tensor* t = pick(st);
+    int64_t dims[8];
+    size_t ndim = 0;
+    const size_t capacity = static_cast<size_t>(st.in.below(9));
+    note("koila_tensor_shape");
+    check(koila_tensor_shape(t, st.in.chance(5) ? nullptr : dims, capacity, st.in.chance(5) ? nullptr : &ndim),
+          "koila_tensor_shape");
+  });
+  add("koila_tensor_dtype", 1, [](State& st) {
+    koila_dtype d;
+    koila_tensor* t = pick(st);
+    note("koila_tensor_dtype");
+    check(koila_tensor_dtype(t, st.in.chance(5) ? nullptr : &d), "koila_tensor_dtype");
+  });
+  add("koila_tensor_batch_dim", 1, [](State& st) {
+    int64_t b;
+    koila_tensor* t = pick(st);
+    note("koila_tensor_batch_dim");
+    check(koila_tensor_batch_dim(t, st.in.chance(5) ? nullptr : &b), "koila_tensor_batch_dim");
+  });
+  add("koila_tensor_is_lazy", 1, [](State& st) {
+    int v;
+    koila_tensor* t = pick(st);
+    note("koila_tensor_is_lazy");
+    check(koila_tensor_is_lazy(t, st.in.chance(5) ? nullptr : &v), "koila_tensor_is_lazy");
+  });
+  add("koila_tensor_to_host", 4, read_to_host);
+  add("koila_tensor_item", 3, [](State& st) {
+    double v;
+    koila_tensor* t = pick(st);
+    note("koila_tensor_item");
+    check(koila_tensor_item(t, st.in.chance(5) ? nullptr : &v), "koila_tensor_item");
+  });
+  add("koila_tensor_to_string", 2, [](State& st) {
+    koila_tensor* t = pick(st);
+    note("koila_tensor_to_string");
+    text_out(st, "koila_tensor_to_string", [&](char* b, size_t c, size_t* n) { return koila_tensor_to_string(t, b, c, n); });
+  });
+  add("koila_eval", 2, [](State& st) {
+    koila_tensor* t = pick(st);
+    note("koila_eval");
+    op_result(st, "koila_eval", -1, [&](koila_tensor** o) { return koila_eval(o, t); });
+  });
+
+  // Autograd.
+  add("koila_tensor_set_requires_grad", 4, [](State& st) {
+    koila_tensor* t = pick(st);
+    const int f = flag(st);
+    note("koila_tensor_set_requires_grad " + std::to_string(f));
+    check(koila_tensor_set_requires_grad(t, f), "koila_tensor_set_requires_grad");
+  });
+  add("koila_backward", 4, [](State& st) {
+    koila_tensor* t = pick(st);
+    note("koila_backward");
+    check(koila_backward(t), "koila_backward");
+  });
+  add("koila_tensor_grad", 2, [](State& st) {
+    koila_tensor* t = pick(st);
+    note("koila_tensor_grad");
+    koila_tensor* out = sentinel<koila_tensor>();
+    const bool ok = check(koila_tensor_grad(&out, t), "koila_tensor_grad");
+    if (ok && out != nullptr && out != sentinel<koila_tensor>()) keep(st, out, 0);
+    else if (!ok) check_out(false, out, "koila_tensor_grad");
+    else if (out == sentinel<koila_tensor>()) die("koila_tensor_grad: succeeded without setting out");
+  });
+  add("koila_tensor_zero_grad", 1, [](State& st) {
+    koila_tensor* t = pick(st);
+    note("koila_tensor_zero_grad");
+    check(koila_tensor_zero_grad(t), "koila_tensor_zero_grad");
+  });
+
+  // Memory and plans.
+  add("koila_set_memory_budget", 3, budget);
+  add("koila_memory_budget", 1, [](State& st) {
+    uint64_t b;
+    const char* dev = device(st);
+    note("koila_memory_budget");
+    check(koila_memory_budget(dev, st.in.chance(5) ? nullptr : &b), "koila_memory_budget");
+  });
+  add("koila_memory_stats", 1, [](State& st) {
+    uint64_t c, p;
+    const char* dev = device(st);
+    note("koila_memory_stats");
+    check(koila_memory_stats(dev, st.in.chance(30) ? nullptr : &c, st.in.chance(30) ? nullptr : &p), "koila_memory_stats");
+  });
+  add("koila_memory_reset_peak", 1, [](State& st) {
+    const char* dev = device(st);
+    note("koila_memory_reset_peak");
+    check(koila_memory_reset_peak(dev), "koila_memory_reset_peak");
+  });
+  add("koila_plan_new", 4, [](State& st) {
+    koila_tensor* t = pick(st);
+    const int mode = enum_value(st, 2);
+    note("koila_plan_new");
+    koila_plan* out = sentinel<koila_plan>();
+    const bool ok = check(fuzz_plan_new(&out, t, mode), "koila_plan_new");
+    if (!check_out(ok, out, "koila_plan_new")) return;
+    if (st.plans.size() >= kMaxPlans) {
+      koila_plan_free(st.plans.front());
+      st.plans.erase(st.plans.begin());
+    }
+    st.plans.push_back(out);
+  });
+  add("koila_plan_batch_size", 1, [](State& st) {
+    koila_plan* p = pick_plan(st);
+    note("koila_plan getters");
+    const int64_t batch = koila_plan_batch_size(p), chunk = koila_plan_chunk_size(p), chunks = koila_plan_num_chunks(p);
+    const uint64_t peak = koila_plan_peak_bytes(p), full = koila_plan_full_peak_bytes(p), budget = koila_plan_budget_bytes(p);
+    // A batch of 0 samples runs as one chunk of 0 (the whole batch fits).
+    const bool chunk_fits = batch == 0 ? chunk == 0 : chunk >= 1 && chunk <= batch;
+    if (p && batch >= 0 && (!chunk_fits || chunks < 1))
+      die("plan with batch " + std::to_string(batch) + " has chunk " + std::to_string(chunk) + " and " +
+          std::to_string(chunks) + " chunks");
+    if (p && chunks > 1 && peak > full) die("a split plan estimates more than the unsplit run");
+    (void)budget;
+  });
+  for (const char* getter : {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes",
+                             "koila_plan_full_peak_bytes", "koila_plan_budget_bytes"})
+    add(getter, 0, [](State&) {});  // exercised together by koila_plan_batch_size's action
+  add("koila_plan_describe", 1, [](State& st) {
+    koila_plan* p = pick_plan(st);
+    note("koila_plan_describe");
+    text_out(st, "koila_plan_describe", [&](char* b, size_t c, size_t* n) { return koila_plan_describe(p, b, c, n); });
+  });
+  add("koila_plan_free", 1, [](State& st) {
+    note("koila_plan_free");
+    if (st.plans.empty() || st.in.chance(10)) return koila_plan_free(nullptr);
+    const size_t i = static_cast<size_t>(st.in.below(static_cast<int>(st.plans.size())));
+    koila_plan_free(st.plans[i]);
+    st.plans.erase(st.plans.begin() + static_cast<long>(i));
+  });
+
+  // Operators.
+  binary(table, "koila_add", koila_add);
+  binary(table, "koila_sub", koila_sub);
+  binary(table, "koila_mul", koila_mul);
+  binary(table, "koila_div", koila_div);
+  binary(table, "koila_pow", koila_pow);
+  binary(table, "koila_maximum", koila_maximum);
+  binary(table, "koila_minimum", koila_minimum);
+  binary(table, "koila_eq", koila_eq);
+  binary(table, "koila_ne", koila_ne);
+  binary(table, "koila_lt", koila_lt);
+  binary(table, "koila_le", koila_le);
+  binary(table, "koila_gt", koila_gt);
+  binary(table, "koila_ge", koila_ge);
+  binary(table, "koila_matmul", koila_matmul);
+  scalar(table, "koila_add_scalar", koila_add_scalar);
+  scalar(table, "koila_sub_scalar", koila_sub_scalar);
+  scalar(table, "koila_mul_scalar", koila_mul_scalar);
+  scalar(table, "koila_div_scalar", koila_div_scalar);
+  scalar(table, "koila_pow_scalar", koila_pow_scalar);
+  scalar(table, "koila_leaky_relu", koila_leaky_relu);
+  unary(table, "koila_neg", koila_neg);
+  unary(table, "koila_abs", koila_abs);
+  unary(table, "koila_exp", koila_exp);
+  unary(table, "koila_log", koila_log);
+  unary(table, "koila_sqrt", koila_sqrt);
+  unary(table, "koila_rsqrt", koila_rsqrt);
+  unary(table, "koila_sin", koila_sin);
+  unary(table, "koila_cos", koila_cos);
+  unary(table, "koila_tanh", koila_tanh);
+  unary(table, "koila_sigmoid", koila_sigmoid);
+  unary(table, "koila_relu", koila_relu);
+  unary(table, "koila_gelu", koila_gelu);
+  unary(table, "koila_silu", koila_silu);
+  add("koila_clamp", 1, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const double lo = st.in.real(-2, 2), hi = st.in.chance(5) ? NAN : st.in.real(-2, 2);
+    note("koila_clamp");
+    op_result(st, "koila_clamp", d, [&](koila_tensor** o) { return koila_clamp(o, x, lo, hi); });
+  });
+  with_dim(table, "koila_softmax", koila_softmax);
+  with_dim(table, "koila_log_softmax", koila_log_softmax);
+  add("koila_dropout", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const double p = st.in.chance(10) ? st.in.real(-1, 2) : st.in.real(0, 1);
+    const int train = flag(st);
+    note("koila_dropout");
+    op_result(st, "koila_dropout", d, [&](koila_tensor** o) { return koila_dropout(o, x, p, train); });
+  });
+  add("koila_linear", 3, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    koila_tensor* w = pick(st, &d);
+    koila_tensor* b = optional(st, &d);
+    note("koila_linear");
+    op_result(st, "koila_linear", d, [&](koila_tensor** o) { return koila_linear(o, x, w, b); });
+  });
+  for (int spatial : {1, 2}) {
+    const char* name = spatial == 1 ? "koila_conv1d" : "koila_conv2d";
+    add(name, 2, [name, spatial](State& st) {
+      int d = 0;
+      koila_tensor* x = pick(st, &d);
+      koila_tensor* w = pick(st, &d);
+      koila_tensor* b = optional(st, &d);
+      const Ints s = ints(st, 2, 0, 3), p = ints(st, 2, -1, 2), dl = ints(st, 2, 0, 2);
+      const int64_t groups = st.in.range(-1, 3);
+      auto show = [](const Ints& a, size_t n) {
+        if (a.null) return std::string("NULL");
+        std::string out;
+        for (size_t i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(a.v[i]);
+        return out;
+      };
+      note(std::string(name) + " stride " + show(s, spatial) + " padding " + show(p, spatial) + " dilation " +
+           show(dl, spatial) + " groups " + std::to_string(groups));
+      op_result(st, name, d, [&](koila_tensor** o) {
+        return spatial == 1 ? koila_conv1d(o, x, w, b, s.ptr(), p.ptr(), dl.ptr(), groups)
+                            : koila_conv2d(o, x, w, b, s.ptr(), p.ptr(), dl.ptr(), groups);
+      });
+    });
+  }
+  for (int max : {0, 1}) {
+    const char* name = max ? "koila_max_pool2d" : "koila_avg_pool2d";
+    add(name, 2, [name, max](State& st) {
+      int d = 0;
+      koila_tensor* x = pick(st, &d);
+      const Ints k = ints(st, 2, -1, 3), s = ints(st, 2, -1, 3), p = ints(st, 2, -1, 2);
+      const int ceil = flag(st);
+      note(name);
+      op_result(st, name, d, [&](koila_tensor** o) {
+        return max ? koila_max_pool2d(o, x, k.ptr(), s.ptr(), p.ptr(), ceil)
+                   : koila_avg_pool2d(o, x, k.ptr(), s.ptr(), p.ptr(), ceil);
+      });
+    });
+  }
+  add("koila_adaptive_avg_pool2d", 1, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const Ints size = ints(st, 2, -1, 4);
+    note("koila_adaptive_avg_pool2d");
+    op_result(st, "koila_adaptive_avg_pool2d", d, [&](koila_tensor** o) { return koila_adaptive_avg_pool2d(o, x, size.ptr()); });
+  });
+  add("koila_batch_norm", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    koila_tensor *w = optional(st, &d), *b = optional(st, &d), *rm = optional(st, &d), *rv = optional(st, &d);
+    const int training = flag(st);
+    const double momentum = st.in.real(-0.5, 1.5), eps = st.in.chance(10) ? 0.0 : 1e-5;
+    note("koila_batch_norm");
+    op_result(st, "koila_batch_norm", d,
+              [&](koila_tensor** o) { return koila_batch_norm(o, x, w, b, rm, rv, training, momentum, eps); });
+  });
+  add("koila_layer_norm", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const Ints shape = ints(st, 3, -1, 4);
+    koila_tensor *w = optional(st, &d), *b = optional(st, &d);
+    const double eps = st.in.chance(10) ? -1.0 : 1e-5;
+    note("koila_layer_norm");
+    op_result(st, "koila_layer_norm", d,
+              [&](koila_tensor** o) { return koila_layer_norm(o, x, shape.ptr(), shape.n, w, b, eps); });
+  });
+  add("koila_embedding", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* w = pick(st, &d);
+    koila_tensor* i = pick(st, &d);
+    note("koila_embedding");
+    op_result(st, "koila_embedding", d, [&](koila_tensor** o) { return koila_embedding(o, w, i); });
+  });
+  add("koila_scaled_dot_product_attention", 2, [](State& st) {
+    int d = 0;
+    koila_tensor *q = pick(st, &d), *k = pick(st, &d), *v = pick(st, &d), *m = optional(st, &d);
+    const int causal = flag(st);
+    note("koila_scaled_dot_product_attention");
+    op_result(st, "koila_scaled_dot_product_attention", d,
+              [&](koila_tensor** o) { return koila_scaled_dot_product_attention(o, q, k, v, m, causal); });
+  });
+  reduction(table, "koila_sum", koila_sum);
+  reduction(table, "koila_mean", koila_mean);
+  reduction(table, "koila_amax", koila_amax);
+  reduction(table, "koila_amin", koila_amin);
+  add("koila_argmax", 1, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const int64_t dm = dim(st);
+    const int keepdim = flag(st);
+    note("koila_argmax");
+    op_result(st, "koila_argmax", d, [&](koila_tensor** o) { return koila_argmax(o, x, dm, keepdim); });
+  });
+  add("koila_reshape", 3, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    Ints shape = ints(st, 5, -2, 6);
+    // Often a valid reshape: the same element count, maybe with one -1.
+    if (x && st.in.chance(60)) {
+      const std::vector<int64_t> s = shape_of(x);
+      shape.n = s.size();
+      std::copy(s.begin(), s.end(), shape.v);
+      if (!s.empty() && st.in.chance(50)) shape.v[st.in.below(static_cast<int>(s.size()))] = -1;
+      if (s.size() >= 2 && st.in.chance(40)) {  // merge the last two dims
+        shape.v[s.size() - 2] = s[s.size() - 2] * s[s.size() - 1];
+        shape.n = s.size() - 1;
+      }
+      shape.null = false;
+    }
+    note("koila_reshape n " + std::to_string(shape.n));
+    op_result(st, "koila_reshape", d, [&](koila_tensor** o) { return koila_reshape(o, x, shape.ptr(), shape.n); });
+  });
+  add("koila_permute", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    Ints dims = ints(st, 5, -5, 5);
+    if (x && st.in.chance(60)) {  // a real permutation
+      const size_t rank = shape_of(x).size();
+      dims.n = rank;
+      for (size_t i = 0; i < rank; ++i) dims.v[i] = static_cast<int64_t>(i);
+      for (size_t i = rank; i > 1; --i) std::swap(dims.v[i - 1], dims.v[st.in.below(static_cast<int>(i))]);
+      dims.null = false;
+    }
+    note("koila_permute");
+    op_result(st, "koila_permute", d, [&](koila_tensor** o) { return koila_permute(o, x, dims.ptr(), dims.n); });
+  });
+  for (int stack : {0, 1}) {
+    const char* name = stack ? "koila_stack" : "koila_cat";
+    add(name, 2, [name, stack](State& st) {
+      int d = 0;
+      std::vector<koila_tensor*> list(static_cast<size_t>(st.in.below(4)));
+      koila_tensor* first = pick(st, &d);
+      for (koila_tensor*& t : list) t = st.in.chance(60) ? first : pick(st, &d);
+      const int64_t dm = dim(st);
+      koila_tensor* const* ptr = st.in.chance(4) ? nullptr : list.data();
+      note(std::string(name) + " n " + std::to_string(list.size()));
+      op_result(st, name, d, [&](koila_tensor** o) {
+        return stack ? koila_stack(o, ptr, list.size(), dm) : koila_cat(o, ptr, list.size(), dm);
+      });
+    });
+  }
+  with_two_dims(table, "koila_transpose", koila_transpose);
+  with_two_dims(table, "koila_flatten", koila_flatten);
+  with_dim(table, "koila_squeeze", koila_squeeze);
+  with_dim(table, "koila_unsqueeze", koila_unsqueeze);
+  add("koila_narrow", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const int64_t dm = dim(st), start = st.in.range(-4, 4), length = st.in.range(-1, 4);
+    note("koila_narrow");
+    op_result(st, "koila_narrow", d, [&](koila_tensor** o) { return koila_narrow(o, x, dm, start, length); });
+  });
+  add("koila_index_select", 2, [](State& st) {
+    int d = 0;
+    koila_tensor* x = pick(st, &d);
+    const int64_t dm = dim(st);
+    koila_tensor* i = pick(st, &d);
+    note("koila_index_select");
+    op_result(st, "koila_index_select", d, [&](koila_tensor** o) { return koila_index_select(o, x, dm, i); });
+  });
+  loss(table, "koila_cross_entropy", fuzz_cross_entropy);
+  loss(table, "koila_nll_loss", fuzz_nll_loss);
+  loss(table, "koila_mse_loss", fuzz_mse_loss);
+  loss(table, "koila_l1_loss", fuzz_l1_loss);
+  loss(table, "koila_binary_cross_entropy_with_logits", fuzz_bce_with_logits);
+
+  // Modules.
+  add("koila_module_load", 2, load_module);
+  add("koila_module_save", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    const std::string path = st.scratch + "/saved.pt";
+    const char* p = st.in.chance(5) ? nullptr : st.in.chance(10) ? "/nonexistent-dir/x.pt" : path.c_str();
+    note("koila_module_save");
+    check(koila_module_save(m, p), "koila_module_save");
+  });
+  add("koila_module_forward", 3, [](State& st) {
+    koila_module* m = pick_module(st);
+    int d = 0;
+    std::vector<koila_tensor*> inputs(static_cast<size_t>(st.in.below(3)));
+    for (koila_tensor*& t : inputs) t = pick(st, &d);
+    koila_tensor* const* ptr = st.in.chance(3) ? nullptr : inputs.data();
+    note("koila_module_forward n " + std::to_string(inputs.size()));
+    op_result(st, "koila_module_forward", d, [&](koila_tensor** o) { return koila_module_forward(o, m, ptr, inputs.size()); });
+  });
+  add("koila_module_train", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    const int on = flag(st);
+    note("koila_module_train");
+    check(koila_module_train(m, on), "koila_module_train");
+  });
+  add("koila_module_is_training", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    int v;
+    note("koila_module_is_training");
+    check(koila_module_is_training(m, st.in.chance(5) ? nullptr : &v), "koila_module_is_training");
+  });
+  add("koila_module_num_parameters", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    size_t n;
+    note("koila_module_num_parameters");
+    check(koila_module_num_parameters(m, st.in.chance(5) ? nullptr : &n), "koila_module_num_parameters");
+  });
+  add("koila_module_parameter", 2, [](State& st) {
+    koila_module* m = pick_module(st);
+    const size_t i = static_cast<size_t>(st.in.chance(10) ? st.in.range(0, 1000) : st.in.range(0, 5));
+    note("koila_module_parameter " + std::to_string(i));
+    op_result(st, "koila_module_parameter", -1, [&](koila_tensor** o) { return koila_module_parameter(o, m, i); });
+  });
+  add("koila_module_parameter_name", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    const size_t i = static_cast<size_t>(st.in.range(0, 6));
+    note("koila_module_parameter_name");
+    text_out(st, "koila_module_parameter_name",
+             [&](char* b, size_t c, size_t* n) { return koila_module_parameter_name(m, i, b, c, n); });
+  });
+  add("koila_module_free", 1, [](State& st) {
+    note("koila_module_free");
+    if (st.modules.empty() || st.in.chance(10)) return koila_module_free(nullptr);
+    const size_t i = static_cast<size_t>(st.in.below(static_cast<int>(st.modules.size())));
+    koila_module_free(st.modules[i]);
+    st.modules.erase(st.modules.begin() + static_cast<long>(i));
+  });
+
+  // Optimizers.
+  add("koila_optimizer_sgd", 1, [](State& st) { make_optimizer(st, false); });
+  add("koila_optimizer_adam", 1, [](State& st) { make_optimizer(st, true); });
+  add("koila_optimizer_step", 2, [](State& st) {
+    koila_optimizer* o = pick_optimizer(st);
+    note("koila_optimizer_step");
+    check(koila_optimizer_step(o), "koila_optimizer_step");
+  });
+  add("koila_optimizer_zero_grad", 1, [](State& st) {
+    koila_optimizer* o = pick_optimizer(st);
+    note("koila_optimizer_zero_grad");
+    check(koila_optimizer_zero_grad(o), "koila_optimizer_zero_grad");
+  });
+  add("koila_optimizer_free", 1, [](State& st) {
+    note("koila_optimizer_free");
+    if (st.optimizers.empty() || st.in.chance(10)) return koila_optimizer_free(nullptr);
+    const size_t i = static_cast<size_t>(st.in.below(static_cast<int>(st.optimizers.size())));
+    koila_optimizer_free(st.optimizers[i]);
+    st.optimizers.erase(st.optimizers.begin() + static_cast<long>(i));
+  });
+
+  add("training scenario", 3, training_scenario);
+  return table;
+}
+
+const std::vector<Entry>& table() {
+  static const std::vector<Entry> t = make_table();
+  return t;
+}
+
+// Frees whatever is left, in random order.
+void free_all(State& st) {
+  while (!st.tensors.empty()) free_tensor_at(st, static_cast<size_t>(st.in.below(static_cast<int>(st.tensors.size()))));
+  for (koila_plan* p : st.plans) koila_plan_free(p);
+  for (koila_optimizer* o : st.optimizers) koila_optimizer_free(o);
+  for (koila_module* m : st.modules) koila_module_free(m);
+  st.plans.clear();
+  st.optimizers.clear();
+  st.modules.clear();
+  koila_status_free(koila_set_memory_budget("cpu", 0));
+}
+
+// Runs `calls` steps (or until a buffer runs out).
+void run(State& st, long calls) {
+  const auto& t = table();
+  int total = 0;
+  for (const Entry& e : t) total += e.weight;
+  for (g_call = 0; g_call < calls && !st.in.exhausted(); ++g_call) {
+    int r = st.in.below(total);
+    for (const Entry& e : t) {
+      if (r < e.weight) {
+        e.run(st);
+        break;
+      }
+      r -= e.weight;
+    }
+  }
+  free_all(st);
+}
+
+// The corpus of module files: the good ones in `dir`, and made here from them: truncated
+// copies, random bytes, an empty file and a directory, plus a path that does not exist.
+std::vector<std::string> make_corpus(const std::string& dir, const std::string& scratch) {
+  std::vector<std::string> files;
+  for (const char* name : {"mlp.pt", "cnn.pt"}) {
+    const std::string path = dir + "/" + name;
+    std::ifstream file(path, std::ios::binary);
+    if (!file) continue;
+    files.push_back(path);
+    const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    for (size_t cut : {bytes.size() / 2, bytes.size() - 1, size_t{100}}) {
+      const std::string truncated = scratch + "/truncated-" + std::to_string(cut) + "-" + name;
+      std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(std::min(cut, bytes.size())));
+      files.push_back(truncated);
+    }
+  }
+  uint64_t state = 42;
+  std::string junk(4096, '\0');
+  for (char& c : junk) c = static_cast<char>(splitmix(state));
+  std::ofstream(scratch + "/junk.pt", std::ios::binary) << junk;
+  std::ofstream(scratch + "/empty.pt", std::ios::binary);
+  files.push_back(scratch + "/junk.pt");
+  files.push_back(scratch + "/empty.pt");
+  files.push_back(scratch);
+  files.push_back(scratch + "/missing.pt");
+  return files;
+}
+
+// Every function koila.h declares must have an action: the fuzzer covers the whole API.
+void check_covers_header(const std::string& header) {
+  std::ifstream file(header);
+  if (!file) die("cannot read " + header);
+  std::set<std::string> declared, covered;
+  std::string line;
+  while (std::getline(file, line)) {
+    const size_t api = line.find("KOILA_API"), paren = line.find('(');
+    if (api != 0 || paren == std::string::npos) continue;  // declarations start the line
+    size_t begin = paren;
+    while (begin > 0 && (std::isalnum(static_cast<unsigned char>(line[begin - 1])) || line[begin - 1] == '_')) --begin;
+    declared.insert(line.substr(begin, paren - begin));
+  }
+  for (const Entry& e : table()) covered.insert(e.name);
+  std::string missing;
+  for (const std::string& f : declared)
+    if (!covered.count(f)) missing += " " + f;
+  if (!missing.empty()) die("the fuzzer has no action for:" + missing);
+  std::printf("api_fuzz: covers all %zu functions of koila.h\n", declared.size());
+}
+
+std::string make_scratch() {
+  char tmpl[] = "/tmp/koila-api-fuzz-XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  if (!dir) die("mkdtemp failed");
+  return dir;
+}
+
+void remove_scratch(const std::string& dir) {
+  const std::string command = "rm -rf '" + dir + "'";
+  if (std::system(command.c_str()) != 0) std::fprintf(stderr, "api_fuzz: could not remove %s\n", dir.c_str());
+}
+
+}  // namespace
+
+#ifdef KOILA_LIBFUZZER
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string scratch = make_scratch();
+  static const std::vector<std::string> corpus =
+      make_corpus(std::getenv("KOILA_FUZZ_MODELS") ? std::getenv("KOILA_FUZZ_MODELS") : ".", scratch);
+  g_context = "libFuzzer input";
+  Source source(data, size);
+  State st(source);
+  st.module_files = corpus;
+  st.scratch = scratch;
+  run(st, 2000);
+  return 0;
+}
+#else
+int main(int argc, char** argv) {
+  uint64_t seed = 1;
+  long calls = 10000;
+  std::string models = ".", header, replay;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "api_fuzz: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--seed") seed = std::stoull(value());
+    else if (a == "--calls") calls = std::stol(value());
+    else if (a == "--models") models = value();
+    else if (a == "--header") header = value();
+    else if (a == "--replay") replay = value();
+    else if (a == "--trace") g_trace = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: koila_api_fuzz [--seed S] [--calls N] [--models DIR] [--header koila.h] "
+                   "[--replay FILE] [--trace]\n");
+      return 2;
+    }
+  }
+  if (!header.empty()) check_covers_header(header);
+  const std::string scratch = make_scratch();
+  std::string bytes;
+  if (!replay.empty()) {
+    std::ifstream file(replay, std::ios::binary);
+    if (!file) die("cannot read " + replay);
+    bytes.assign((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  }
+  g_context = replay.empty() ? "--seed " + std::to_string(seed) : "--replay " + replay;
+  Source source = replay.empty() ? Source(seed) : Source(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  State st(source);
+  st.module_files = make_corpus(models, scratch);
+  st.scratch = scratch;
+  run(st, calls);
+  remove_scratch(scratch);
+
+  long ok = 0, refused = 0;
+  std::map<int, long> by_code;
+  for (const auto& [fn, codes] : g_outcomes)
+    for (const auto& [code, n] : codes) {
+      (code == 0 ? ok : refused) += n;
+      by_code[code] += n;
+    }
+  std::printf("api_fuzz: %s, %ld steps, %ld checked calls: %ld ok, %ld refused (", g_context.c_str(), g_call, ok + refused,
+              ok, refused);
+  for (const auto& [code, n] : by_code)
+    if (code) std::printf(" code %d: %ld", code, n);
+  std::printf(" ), %zu functions reached\n", g_outcomes.size());
+  return 0;
+}
+#endif
