@@ -142,7 +142,7 @@ Tensors autograd_leaves(const Tensors& outputs) {
   return leaves;
 }
 
-Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves) {
+Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain_graph) {
   Tensors outs, gos;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
@@ -150,22 +150,21 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
     gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
   }
   if (outs.empty() || leaves.empty()) return Tensors(leaves.size());
-  return torch::autograd::grad(outs, leaves, gos, /*retain_graph=*/false, /*create_graph=*/false,
-                               /*allow_unused=*/true);
+  return torch::autograd::grad(outs, leaves, gos, retain_graph, /*create_graph=*/false, /*allow_unused=*/true);
 }
 
-namespace {
-
-// Whether a computed gradient can become a leaf's .grad as it is: dense memory of its own,
-// laid out like the leaf. Autograd often hands back views instead (an expanded ones for a
-// sum, whose elements share one location; a transpose of one; a slice of a larger buffer),
-// and a later backward adds into .grad in place, which such views cannot take.
-bool owns_dense_memory_like(const at::Tensor& grad, const at::Tensor& leaf) {
-  return grad.is_non_overlapping_and_dense() && grad.strides() == leaf.strides() && grad.storage_offset() == 0 &&
-         grad.storage().nbytes() == static_cast<size_t>(grad.numel()) * grad.element_size();
+bool reaches_eager_history(const std::vector<const Node*>& nodes) {
+  return std::any_of(nodes.begin(), nodes.end(), [](const Node* node) {
+    return node->kind != NodeKind::Op && node->value.defined() && node->value.grad_fn() != nullptr;
+  });
 }
 
-}  // namespace
+at::Tensor owned_gradient(const at::Tensor& grad, const at::Tensor& leaf) {
+  const bool owns_dense_memory = grad.is_non_overlapping_and_dense() && grad.strides() == leaf.strides() &&
+                                 grad.storage_offset() == 0 &&
+                                 grad.storage().nbytes() == static_cast<size_t>(grad.numel()) * grad.element_size();
+  return owns_dense_memory ? grad : at::empty_like(leaf).copy_(grad);
+}
 
 void commit_gradients(const Tensors& leaves, const Tensors& grads) {
   at::NoGradGuard no_grad;
@@ -174,10 +173,8 @@ void commit_gradients(const Tensors& leaves, const Tensors& grads) {
     at::Tensor& grad = const_cast<at::Tensor&>(leaves[i]).mutable_grad();
     if (grad.defined())
       grad.add_(grads[i]);
-    else if (owns_dense_memory_like(grads[i], leaves[i]))
-      grad = grads[i];
     else
-      grad = at::empty_like(leaves[i]).copy_(grads[i]);
+      grad = owned_gradient(grads[i], leaves[i]);
   }
 }
 

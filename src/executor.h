@@ -47,8 +47,22 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options = {});
 Tensors autograd_leaves(const Tensors& outputs);
 
 // d(sum of outputs[i] * grad_outputs[i]) / d leaves; undefined where a leaf is unused.
-// An empty grad_outputs means ones.
-Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves);
+// An empty grad_outputs means ones. `retain_graph` keeps the autograd graph for another
+// backward (see reaches_eager_history).
+Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
+                  bool retain_graph = false);
+
+// Whether a backward through `nodes` walks autograd history that was recorded eagerly: a
+// concrete tensor computed from parameters (p * p built from concrete tensors only). That
+// history belongs to the caller's tensors and every backward of a lazy loss walks it again,
+// so such a backward must retain it; otherwise the graph is freed as backward goes, which
+// keeps the peak low.
+bool reaches_eager_history(const std::vector<const Node*>& nodes);
+
+// A gradient that may be kept and added into in place: `grad` itself when it owns dense
+// memory laid out like `leaf`, else a dense copy. Autograd often hands back views instead
+// (an expanded ones for a sum, whose elements share one location; a slice of a buffer).
+at::Tensor owned_gradient(const at::Tensor& grad, const at::Tensor& leaf);
 
 // Adds grads into the leaves' .grad (setting it when there is none). Never fails halfway
 // for valid input: call it only once every gradient has been computed.

@@ -1,5 +1,7 @@
 // Elementwise operators: binary (broadcasting), with a scalar, unary, activations, softmax,
 // dropout. All keep the batch where broadcasting puts it (batch::elementwise) unless noted.
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 
 #include "ops_common.h"
@@ -7,6 +9,24 @@
 using namespace koila;
 
 namespace {
+
+// GELU whose backward hands LibTorch a contiguous incoming gradient. LibTorch 1.13's CPU
+// gelu_backward (the oneDNN path, float32) ignores the strides of that gradient, so a
+// permute or transpose after a gelu gave wrong gradients, eagerly too (found by the
+// differential graph fuzzer). It saves what the native op saves: the input.
+struct Gelu : torch::autograd::Function<Gelu> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return at::gelu(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    return {at::gelu_backward(grads[0].contiguous(), x)};
+  }
+};
+
+at::Tensor gelu_with_contiguous_grad(const at::Tensor& x) { return Gelu::apply(x); }
 
 using Binary = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 using WithScalar = at::Tensor (*)(const at::Tensor&, double);
@@ -98,7 +118,7 @@ KOILA_UNARY(cos, at::cos(t), false)
 KOILA_UNARY(tanh, at::tanh(t), false)
 KOILA_UNARY(sigmoid, at::sigmoid(t), false)
 KOILA_UNARY(relu, at::relu(t), false)
-KOILA_UNARY(gelu, at::gelu(t), true)
+KOILA_UNARY(gelu, gelu_with_contiguous_grad(t), true)
 KOILA_UNARY(silu, at::silu(t), true)
 
 KOILA_API koila_status* koila_leaky_relu(koila_tensor** out, const koila_tensor* x, double slope) {

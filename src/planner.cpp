@@ -464,7 +464,7 @@ struct GradientSum {
       auto [it, fresh] = index.emplace(ls[i].unsafeGetTensorImpl(), leaves.size());
       if (fresh) {
         leaves.push_back(ls[i]);
-        grads.push_back(gs[i]);
+        grads.push_back(owned_gradient(gs[i], ls[i]));  // later chunks add into it in place
       } else {
         grads[it->second].add_(gs[i]);
       }
@@ -473,13 +473,14 @@ struct GradientSum {
 };
 
 void backward_with_chunk(const NodePtr& root, const Analysis& a, int64_t chunk) {
+  const bool retain = reaches_eager_history(a.nodes);
   if (!is_split(a, chunk)) {
     EvalOptions options;
     options.grad = true;
     at::Tensor value = evaluate(root, options);
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
-    commit_gradients(leaves, gradients({value}, {}, leaves));
+    commit_gradients(leaves, gradients({value}, {}, leaves, retain));
     return;
   }
   at::NoGradGuard outside;  // the sums below are not part of any graph
@@ -504,7 +505,7 @@ void backward_with_chunk(const NodePtr& root, const Analysis& a, int64_t chunk) 
     at::Tensor value = evaluate(root, tail);
     if (!value.requires_grad()) no_leaves();
     const Tensors leaves = autograd_leaves({value});
-    const Tensors grads = gradients({value}, {}, leaves);
+    const Tensors grads = gradients({value}, {}, leaves, retain);
     Tensors params, param_grads;
     for (size_t i = 0; i < leaves.size(); ++i) {
       bool is_stand_in = false;
@@ -554,7 +555,7 @@ void backward_with_chunk(const NodePtr& root, const Analysis& a, int64_t chunk) 
       leaves = autograd_leaves(values);
       leaves_known = std::any_of(values.begin(), values.end(), [](const at::Tensor& v) { return v.defined(); });
     }
-    sum.add(leaves, gradients(values, grad_outputs, leaves));
+    sum.add(leaves, gradients(values, grad_outputs, leaves, retain));
   });
   if (a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean && weights_total[0] > 0)
     for (at::Tensor& g : sum.grads) g.div_(weights_total[0]);

@@ -33,19 +33,13 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "int_enums.h"
 #include "koila.h"
 
 namespace {
 
 // ---------------------------------------------------------------- the byte stream
-
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Random choices, read from a buffer (libFuzzer, replay) or drawn from a seeded PRNG.
 class Source {
@@ -55,13 +49,13 @@ class Source {
 
   bool exhausted() const { return !seeded_ && pos_ >= size_; }
   uint64_t u64() {
-    if (seeded_) return splitmix(state_);
+    if (seeded_) return splitmix64(state_);
     uint64_t v = 0;
     for (int i = 0; i < 8; ++i) v = (v << 8) | (pos_ < size_ ? data_[pos_++] : 0);
     return v;
   }
   uint32_t small() {  // one byte from a buffer: keeps libFuzzer inputs short
-    if (seeded_) return static_cast<uint32_t>(splitmix(state_));
+    if (seeded_) return static_cast<uint32_t>(splitmix64(state_));
     return pos_ < size_ ? data_[pos_++] : 0;
   }
   int below(int n) { return n <= 1 ? 0 : static_cast<int>(small() % static_cast<uint32_t>(n)); }
@@ -1068,7 +1062,7 @@ std::vector<std::string> make_corpus(const std::string& dir, const std::string& 
   }
   uint64_t state = 42;
   std::string junk(4096, '\0');
-  for (char& c : junk) c = static_cast<char>(splitmix(state));
+  for (char& c : junk) c = static_cast<char>(splitmix64(state));
   std::ofstream(scratch + "/junk.pt", std::ios::binary) << junk;
   std::ofstream(scratch + "/empty.pt", std::ios::binary);
   files.push_back(scratch + "/junk.pt");
