@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: b72e082d77ff4a8ab9d3ea97055b67c700b5f2f462dd30719d3e1434585f59d4
+# Header sha256: a182d7b0bf8ff17a3641c3f981b51e951d994e1f1d68bea09b5fa857775112c9
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
