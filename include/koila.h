@@ -189,6 +189,13 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* gradients equal the unsplit ones (up to floating-point summation order). Dropout in   */
 /* training draws its masks chunk by chunk, so they differ from an unsplit run's masks   */
 /* (as two unsplit runs' masks differ).                                                   */
+/*                                                                                        */
+/* On the CPU the budget is a hard limit during these planned runs: an allocation that    */
+/* would take what tensors hold beyond it fails inside koila, the run rolls back (no      */
+/* gradient has changed) and retries with half the chunk, so the peak stays within the    */
+/* budget even where an estimate fell short. If chunks of one sample still overrun, the   */
+/* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. (On CUDA the budget */
+/* is not yet enforced this way: the planner's estimate alone keeps runs within it.)      */
 /* ------------------------------------------------------------------------------------ */
 
 /* Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in

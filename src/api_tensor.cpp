@@ -159,8 +159,10 @@ KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, 
                                              ") has " + std::to_string(expected));
     if (nbytes > 0) arg::not_null(data, "data");
     if (nbytes == 0) return;
-    at::Tensor host = value_of(node).detach().to(at::kCPU).contiguous();
-    std::memcpy(data, host.data_ptr(), nbytes);
+    // Straight into the caller's buffer, whatever the result's strides or device: no copy
+    // beyond what the planned evaluation counted.
+    at::NoGradGuard no_grad;
+    at::from_blob(data, node->meta.shape, at::TensorOptions().dtype(node->meta.dtype)).copy_(value_of(node));
   });
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "error.h"
+#include "memory.h"
 #include "types.h"
 
 namespace koila {
@@ -44,7 +45,29 @@ std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options
 
 }  // namespace
 
+namespace {
+
+// A tiny graph per thread, made before the thread builds any graph it backpropagates. The
+// autograd engine pops the pending task of the highest sequence number first (numbers
+// count up per thread), so running this older graph first pops, and discards, whatever a
+// failed backward left in the thread's ready queue.
+struct ReleaseGraph {
+  at::Tensor input, output;
+  ReleaseGraph() {  // of zero elements: it holds no memory
+    input = at::zeros({0}, at::kFloat).requires_grad_(true);
+    output = input.mul(1.0);
+  }
+};
+
+ReleaseGraph& release_graph() {
+  thread_local ReleaseGraph graph;
+  return graph;
+}
+
+}  // namespace
+
 Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options) {
+  if (options.grad) (void)release_graph();  // older than every node this evaluation records
   c10::AutoGradMode grad_mode(options.grad);
   const std::vector<const Node*> order = topological_order(roots, options.given);
   std::unordered_map<const Node*, size_t> position;
@@ -150,7 +173,22 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
     gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
   }
   if (outs.empty() || leaves.empty()) return Tensors(leaves.size());
-  return torch::autograd::grad(outs, leaves, gos, retain_graph, /*create_graph=*/false, /*allow_unused=*/true);
+  try {
+    return torch::autograd::grad(outs, leaves, gos, retain_graph, /*create_graph=*/false, /*allow_unused=*/true);
+  } catch (...) {
+    release_failed_backward();
+    throw;
+  }
+}
+
+
+void release_failed_backward() noexcept {
+  try {
+    const ReleaseGraph& g = release_graph();
+    torch::autograd::grad({g.output}, {g.input}, {at::ones_like(g.output)}, /*retain_graph=*/true);
+  } catch (...) {
+    // Nothing to add to the error being reported; the memory goes at the next backward.
+  }
 }
 
 bool reaches_eager_history(const std::vector<const Node*>& nodes) {
@@ -168,13 +206,19 @@ at::Tensor owned_gradient(const at::Tensor& grad, const at::Tensor& leaf) {
 
 void commit_gradients(const Tensors& leaves, const Tensors& grads) {
   at::NoGradGuard no_grad;
+  // All or nothing: every allocation (a dense copy for a leaf without .grad) happens before
+  // any .grad changes, so an out-of-memory error within the budget leaves them all as they
+  // were; what follows only steals tensors or adds in place.
+  Tensors owned(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (grads[i].defined() && !leaves[i].grad().defined()) owned[i] = owned_gradient(grads[i], leaves[i]);
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (!grads[i].defined()) continue;
     at::Tensor& grad = const_cast<at::Tensor&>(leaves[i]).mutable_grad();
     if (grad.defined())
       grad.add_(grads[i]);
     else
-      grad = owned_gradient(grads[i], leaves[i]);
+      grad = owned[i];
   }
 }
 

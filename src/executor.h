@@ -52,6 +52,12 @@ Tensors autograd_leaves(const Tensors& outputs);
 Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
                   bool retain_graph = false);
 
+// When a backward fails inside LibTorch's autograd engine (an out-of-memory error within
+// the budget), LibTorch 1.13 leaves its pending work in this thread's ready queue, holding
+// the failed run's buffers until the thread's next backward. Running an empty backward
+// releases them now (found by the differential fuzzer's memory check). gradients() calls it.
+void release_failed_backward() noexcept;
+
 // Whether a backward through `nodes` walks autograd history that was recorded eagerly: a
 // concrete tensor computed from parameters (p * p built from concrete tensors only). That
 // history belongs to the caller's tensors and every backward of a lazy loss walks it again,

@@ -50,6 +50,7 @@ constexpr size_t kHeader = 64;  // keeps the default allocator's 64-byte alignme
 std::atomic<uint64_t> cpu_current{0};
 std::atomic<uint64_t> cpu_peak{0};
 std::atomic<uint64_t> cpu_limit{0};
+thread_local uint64_t cpu_budget_in_force = 0;  // 0: none (see BudgetScope)
 c10::Allocator* cpu_inner = nullptr;
 
 void cpu_delete(void* data) {
@@ -73,6 +74,11 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", bytes, " bytes with ",
                        now - bytes, " held and a limit of ", limit);
     }
+    if (cpu_budget_in_force != 0 && now > cpu_budget_in_force) {
+      cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory within koila's budget: tried to allocate ", bytes,
+                       " bytes with ", now - bytes, " held and a budget of ", cpu_budget_in_force);
+    }
     void* base;
     try {
       base = cpu_inner->raw_allocate(bytes + kHeader);
@@ -90,6 +96,15 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
 };
 
 TrackingCpuAllocator tracking_cpu_allocator;
+
+}  // namespace
+
+BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget) : previous_(cpu_budget_in_force) {
+  if (device.is_cpu()) cpu_budget_in_force = budget;
+}
+BudgetScope::~BudgetScope() { cpu_budget_in_force = previous_; }
+
+namespace {
 
 // ---- Meta: counts what meta tensors would take --------------------------------------------
 

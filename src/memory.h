@@ -56,6 +56,21 @@ class MetaAllocationScope {
   std::shared_ptr<Counter> counter_;
 };
 
+// While it lives, CPU allocations made on this thread that would take what tensors hold on
+// the CPU beyond `budget` bytes fail with an out-of-memory error, as a device that size
+// would fail: koila's planned runs hold their budget as a hard limit, and retry with a
+// smaller chunk when an estimate fell short. Nests; other devices are not affected here.
+class BudgetScope {
+ public:
+  BudgetScope(const c10::Device& device, uint64_t budget);
+  ~BudgetScope();
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+ private:
+  uint64_t previous_;
+};
+
 namespace testing {
 // Makes CPU allocations beyond `bytes` held fail with an out-of-memory error, as a real
 // device would (0 = no limit). For tests of the out-of-memory paths only.

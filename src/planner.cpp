@@ -350,11 +350,13 @@ bool is_out_of_memory(const std::exception_ptr& e) {
   }
 }
 
-// Runs `attempt(chunk)`, halving the chunk after a real out-of-memory error.
+// Runs `attempt(chunk)` holding the plan's budget as a hard limit, halving the chunk after
+// an out-of-memory error (an estimate that fell short, or a device that ran out).
 template <class F>
 void with_retry(Plan& plan, const Analysis* a, F&& attempt) {
   for (;;) {
     try {
+      BudgetScope hard_limit(plan.device, plan.budget);
       attempt(plan.chunk);
       return;
     } catch (...) {

@@ -455,6 +455,44 @@ TEST(Refusals, RealOutOfMemoryRetriesWithHalfTheChunk) {
   m.zero_grad();
 }
 
+// The budget is a hard limit (issue 12, item 3): when estimates fall short, the planned run
+// is refused by koila's allocator as it would overrun, and retries with a smaller chunk;
+// the measured peak stays within the budget, gradients equal PyTorch's, and what the
+// refused attempts held is released (LibTorch keeps a failed backward's pending work until
+// the thread's next backward unless koila releases it).
+TEST(Refusals, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
+  BudgetGuard restore;
+  const Model m(Kind::CNN, at::kCPU, 4);
+  const int64_t batch = 32;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  m.zero_grad();
+  m.eager_loss(xs, ys).backward();
+  const auto expected = grads_of(m);
+  m.zero_grad();
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t before = current_cpu();
+  const uint64_t budget = before + static_cast<uint64_t>(static_cast<double>(e16) * 1.1);
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  koila::testing::set_estimate_scale(0.25);  // every estimate 4 times too low
+  koila::Plan planned = koila::make_plan(loss->node, koila::Mode::Training);
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  koila::Plan used;
+  EXPECT_NO_THROW(koila::run_backward(loss->node, &used));
+  koila::testing::set_estimate_scale(1);
+  uint64_t peak = 0;
+  ASSERT_OK(koila_memory_stats("cpu", nullptr, &peak));
+  EXPECT_GT(planned.chunk, 16) << "the short estimates should plan a chunk that does not fit: " << planned.describe();
+  EXPECT_LE(used.chunk, 16) << used.describe();
+  EXPECT_LE(peak, budget);
+  expect_close(grads_of(m), expected, 1e-4, 1e-6, "after refusals and retries");
+  uint64_t grad_bytes = 0;  // the gradients the backward created (zero_grad dropped them)
+  for (const at::Tensor& p : m.params()) grad_bytes += p.numel() * p.element_size();
+  EXPECT_EQ(current_cpu(), before + grad_bytes) << "the refused attempts left memory held";
+  m.zero_grad();
+}
+
 TEST(Plan, FreeingTheGraphFreesItsTensors) {
   // The planner's memo lives with the graph and must not keep it alive.
   const uint64_t before = current_cpu();

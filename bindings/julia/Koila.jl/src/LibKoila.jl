@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: a182d7b0bf8ff17a3641c3f981b51e951d994e1f1d68bea09b5fa857775112c9
+# Header sha256: 1f98df597eb94ded97304e37a0141bc0e70f4ef0e046d4a24d82542486062fec
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
