@@ -420,17 +420,27 @@ TEST(Refusals, NotOneSampleFits) {
   m.zero_grad();
 }
 
-TEST(Refusals, RealOutOfMemoryRetriesWithHalfTheChunk) {
+// A CNN's lazy training loss over a batch of 32, with PyTorch's gradients for it, and no
+// .grad on its parameters: for the tests of what happens when memory runs out.
+class OutOfMemory : public ::testing::Test {
+ protected:
+  OutOfMemory() {
+    m.zero_grad();
+    m.eager_loss(xs, ys).backward();
+    expected = grads_of(m);
+    m.zero_grad();
+  }
+  ~OutOfMemory() override { m.zero_grad(); }
+
   BudgetGuard restore;
-  const Model m(Kind::CNN, at::kCPU, 4);
-  const int64_t batch = 32;
-  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  const Model m{Kind::CNN, at::kCPU, 4};
+  const at::Tensor xs = m.input(32), ys = m.target(32);
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle loss = m.loss(x.get(), y.get());
-  m.zero_grad();
-  m.eager_loss(xs, ys).backward();
-  const auto expected = grads_of(m);
-  m.zero_grad();
+  std::vector<at::Tensor> expected;
+};
+
+TEST_F(OutOfMemory, RealOutOfMemoryRetriesWithHalfTheChunk) {
   // The planner believes chunks of 16 fit, but the device holds only what chunks of 4 need:
   // the run hits real out-of-memory errors and retries with 8, then 4.
   const uint64_t e4 = koila::estimate_extra(loss->node, koila::Mode::Training, 4);
@@ -460,17 +470,7 @@ TEST(Refusals, RealOutOfMemoryRetriesWithHalfTheChunk) {
 // the measured peak stays within the budget, gradients equal PyTorch's, and what the
 // refused attempts held is released (LibTorch keeps a failed backward's pending work until
 // the thread's next backward unless koila releases it).
-TEST(Refusals, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
-  BudgetGuard restore;
-  const Model m(Kind::CNN, at::kCPU, 4);
-  const int64_t batch = 32;
-  const at::Tensor xs = m.input(batch), ys = m.target(batch);
-  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
-  Handle loss = m.loss(x.get(), y.get());
-  m.zero_grad();
-  m.eager_loss(xs, ys).backward();
-  const auto expected = grads_of(m);
-  m.zero_grad();
+TEST_F(OutOfMemory, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
   const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
   const uint64_t before = current_cpu();
   const uint64_t budget = before + static_cast<uint64_t>(static_cast<double>(e16) * 1.1);
