@@ -60,6 +60,8 @@ class MetaAllocationScope {
 // the CPU beyond `budget` bytes fail with an out-of-memory error, as a device that size
 // would fail: koila's planned runs hold their budget as a hard limit, and retry with a
 // smaller chunk when an estimate fell short. Nests; other devices are not affected here.
+// Allocations LibTorch makes on its own worker threads during the run are counted in the
+// figures but not refused (most kernels allocate on the calling thread).
 class BudgetScope {
  public:
   BudgetScope(const c10::Device& device, uint64_t budget);
