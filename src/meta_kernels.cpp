@@ -55,9 +55,19 @@ c10::ArrayRef<c10::IValue> args(const Stack* stack, size_t n) {
   return c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - n, n);
 }
 
+// Ops of `N` arguments whose result is shaped like argument `Like` (elementwise ops and
+// their backwards).
+template <size_t N, size_t Like = 0>
 void same_shape_meta(const c10::OperatorHandle&, Stack* stack) {
-  const at::Tensor self = args(stack, 1)[0].toTensor();
-  finish(stack, 1, {meta_like(self.sizes(), self)});
+  const at::Tensor like = args(stack, N)[Like].toTensor();
+  finish(stack, N, {meta_like(like.sizes(), like)});
+}
+
+// In-place ops of `N` arguments: nothing to compute or allocate; the result is `self`.
+template <size_t N>
+void in_place_meta(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = args(stack, N)[0].toTensor();
+  finish(stack, N, {self});
 }
 
 // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
@@ -347,8 +357,22 @@ void fill_in_missing(const char* name, const char* overload = "") {
 }
 
 void register_all() {
-  fill_in<same_shape_meta>("relu", [] { at::relu(m({2})); });
-  fill_in<same_shape_meta>("abs", [] { at::abs(m({2})); });
+  fill_in<same_shape_meta<1>>("relu", [] { at::relu(m({2})); });
+  fill_in<same_shape_meta<1>>("abs", [] { at::abs(m({2})); });
+  // ReLU6 (hardtanh) and Hardswish, the activations of MobileNet v2 and v3 (torchvision
+  // applies them in place), and their backwards.
+  fill_in<same_shape_meta<3>>("hardtanh", [] { at::hardtanh(m({2}), 0, 6); });
+  fill_in<in_place_meta<3>>("hardtanh_", [] {
+    at::Tensor t = m({2});
+    at::hardtanh_(t, 0, 6);
+  });
+  fill_in<same_shape_meta<4>>("hardtanh_backward", [] { at::hardtanh_backward(m({2}), m({2}), 0, 6); });
+  fill_in<same_shape_meta<1>>("hardswish", [] { at::hardswish(m({2})); });
+  fill_in<in_place_meta<1>>("hardswish_", [] {
+    at::Tensor t = m({2});
+    at::hardswish_(t);
+  });
+  fill_in<same_shape_meta<2>>("hardswish_backward", [] { at::hardswish_backward(m({2}), m({2})); });
   fill_in<convolution_meta>("convolution", [] { at::conv1d(m({1, 1, 4}), m({1, 1, 2})); });
   fill_in<native_batch_norm_meta>("native_batch_norm", [] {
     at::native_batch_norm(m({2, 3}), m({3}), m({3}), m({3}), m({3}), false, 0.1, 1e-5);

@@ -1,5 +1,6 @@
 // Shape-only (Meta) kernels for the ATen ops that LibTorch lacks them for (in 1.13: relu,
-// abs, convolution, native_batch_norm, index_select, where, nll_loss2d). Each is
+// abs, hardtanh and hardswish (also in place), convolution, native_batch_norm,
+// index_select, where, nll_loss2d). Each is
 // registered only when a probe shows LibTorch cannot run the op on the meta device, so
 // newer LibTorch versions keep their own kernels. The backward kernels autograd calls
 // (convolution_backward, native_batch_norm_backward, native_layer_norm_backward, ...) are
