@@ -32,8 +32,15 @@ constexpr uint64_t kProbeSeed = 0x6b6f696c61ull;
 
 bool is_module(const c10::IValue& v) { return v.isObject() && v.toObjectRef().type()->is_module(); }
 
+c10::List<at::Tensor> substitute_all(const c10::List<at::Tensor>& tensors, const Substitute& substitute) {
+  c10::List<at::Tensor> out;
+  out.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) out.push_back(t.defined() ? substitute(t) : t);
+  return out;
+}
+
 // A copy of `runnable`'s objects (the module and its submodules, recursively) holding
-// the current values of `original`'s slots, tensors passed through `substitute`. Methods
+// the current values of `original`'s slots, tensors (also in lists) passed through `substitute`. Methods
 // are `runnable`'s: they belong to the type. `runnable` is `original` itself, or the clone
 // koila runs (same structure, its own methods).
 ObjectPtr twin(const ObjectPtr& runnable, const ObjectPtr& original, const Substitute& substitute,
@@ -50,6 +57,8 @@ ObjectPtr twin(const ObjectPtr& runnable, const ObjectPtr& original, const Subst
       copy->setSlot(i, twin(runnable->getSlot(i).toObject(), v.toObject(), substitute, done));
     else if (v.isTensor() && v.toTensor().defined())
       copy->setSlot(i, substitute(v.toTensor()));
+    else if (v.isTensorList())  // e.g. nn.LSTM's _flat_weights: the parameters again
+      copy->setSlot(i, substitute_all(v.toTensorList(), substitute));
     else
       copy->setSlot(i, v);
   }

@@ -662,3 +662,53 @@ TEST(Modules, MobileNetActivationsAreSimulated) {
   EXPECT_LE(std::abs(error), 0.05) << "estimated " << estimated << ", measured " << measured;
   expect_close(grads(net), expected, 1e-4, "koila vs eager");
 }
+
+// nn.LSTM (and GRU, RNN) keeps its parameters a second time in a list attribute,
+// _flat_weights, which its forward passes to aten::lstm. The simulation substituted meta
+// stand-ins for parameters but not inside that list, so it mixed meta and real tensors and
+// fell back to the coarse estimate (issue 12: a 2-layer LSTM classifier 84% short; this
+// one 65% short). Tensors in list attributes are substituted too now.
+TEST(Modules, ParametersInListAttributesAreSimulated) {
+  BudgetGuard restore;
+  at::manual_seed(3);
+  torch::jit::Module lstm("Lstm");
+  c10::List<at::Tensor> flat;
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const int64_t in = layer == 0 ? 8 : 16;
+    for (auto [name, shape] : {std::pair<std::string, std::vector<int64_t>>{"w_ih", {64, in}},
+                               {"w_hh", {64, 16}}, {"b_ih", {64}}, {"b_hh", {64}}}) {
+      at::Tensor p = (at::randn(shape) * 0.2).requires_grad_(true);
+      lstm.register_parameter(name + std::to_string(layer), p, false);
+      flat.push_back(p);
+    }
+  }
+  lstm.register_attribute("flat", c10::ListType::ofTensors(), flat);
+  lstm.register_attribute("training", c10::BoolType::get(), true);
+  lstm.define(
+      "def forward(self, x):\n"
+      "    h0 = torch.zeros([2, x.size(0), 16], dtype=x.dtype, device=x.device)\n"
+      "    out, hn, cn = torch.lstm(x, [h0, h0], self.flat, True, 2, 0.0, self.training, False, True)\n"
+      "    return out\n");
+  const at::Tensor xs = at::randn({32, 12, 8});
+  zero_grads(lstm);
+  lstm.forward({xs}).toTensor().pow(2).sum().backward();
+  const std::vector<at::Tensor> expected = grads(lstm);
+  zero_grads(lstm);
+
+  ModuleHandle m = wrap(lstm);
+  Handle x = koila_models::lazy(xs, 0);
+  Handle out = forward(m.get(), {x.get()});
+  Handle squares = CALL(koila_mul, out.get(), out.get());
+  Handle loss = CALL(koila_sum, squares.get(), nullptr, 0, 0);
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
+  const uint64_t before = current_cpu();
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  const uint64_t measured = peak_cpu() - before, estimated = p.full_peak - before;
+  // LibTorch's CPU LSTM kernels still allocate beyond what its meta run shows (issue 12);
+  // the coarse estimate was 35% of the measured peak.
+  EXPECT_GE(static_cast<double>(estimated), 0.7 * static_cast<double>(measured))
+      << "estimated " << estimated << ", measured " << measured;
+  expect_close(grads(lstm), expected, 1e-4, "koila vs eager");
+}
