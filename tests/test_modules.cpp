@@ -630,6 +630,23 @@ TEST(Modules, TheCallersOptimizedRunsDoNotReachKoila) {
   expect_close(grads(cnn), expected, 1e-4, "the caller's run afterwards");
 }
 
+namespace {
+
+// Plans a backward from `loss` (expecting a simulated estimate, not a coarse one), runs it,
+// and returns the estimated and the measured bytes beyond what was in use.
+std::pair<uint64_t, uint64_t> simulated_backward(const koila_tensor* loss) {
+  const PlanInfo p = plan_of(loss, KOILA_MODE_TRAINING);
+  EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
+  const uint64_t before = current_cpu();
+  koila_status_free(koila_memory_reset_peak("cpu"));  // fails only for a bad device name
+  koila_status* s = koila_backward(loss);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  return {p.full_peak - before, peak_cpu() - before};
+}
+
+}  // namespace
+
 // MobileNet's activations, ReLU6 (hardtanh) and Hardswish, applied in place as torchvision
 // does, had no meta kernels in LibTorch 1.13: a module using them fell back to the coarse
 // estimate (issue 12 measured mobilenet_v2 93% short). They are simulated now.
@@ -652,12 +669,7 @@ TEST(Modules, MobileNetActivationsAreSimulated) {
   Handle x = koila_models::lazy(xs, 0), t = koila_models::lazy(ts, 0);
   Handle out = forward(m.get(), {x.get()});
   Handle loss = CALL(koila_mse_loss, out.get(), t.get(), KOILA_REDUCTION_MEAN);
-  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
-  const uint64_t before = current_cpu();
-  ASSERT_OK(koila_memory_reset_peak("cpu"));
-  ASSERT_OK(koila_backward(loss.get()));
-  const uint64_t measured = peak_cpu() - before, estimated = p.full_peak - before;
+  const auto [estimated, measured] = simulated_backward(loss.get());
   const double error = (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
   EXPECT_LE(std::abs(error), 0.05) << "estimated " << estimated << ", measured " << measured;
   expect_close(grads(net), expected, 1e-4, "koila vs eager");
@@ -700,12 +712,7 @@ TEST(Modules, ParametersInListAttributesAreSimulated) {
   Handle out = forward(m.get(), {x.get()});
   Handle squares = CALL(koila_mul, out.get(), out.get());
   Handle loss = CALL(koila_sum, squares.get(), nullptr, 0, 0);
-  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
-  const uint64_t before = current_cpu();
-  ASSERT_OK(koila_memory_reset_peak("cpu"));
-  ASSERT_OK(koila_backward(loss.get()));
-  const uint64_t measured = peak_cpu() - before, estimated = p.full_peak - before;
+  const auto [estimated, measured] = simulated_backward(loss.get());
   // LibTorch's CPU LSTM kernels still allocate beyond what its meta run shows (issue 12);
   // the coarse estimate was 35% of the measured peak.
   EXPECT_GE(static_cast<double>(estimated), 0.7 * static_cast<double>(measured))
