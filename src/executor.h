@@ -48,15 +48,10 @@ Tensors autograd_leaves(const Tensors& outputs);
 
 // d(sum of outputs[i] * grad_outputs[i]) / d leaves; undefined where a leaf is unused.
 // An empty grad_outputs means ones. `retain_graph` keeps the autograd graph for another
-// backward (see reaches_eager_history).
+// backward (see reaches_eager_history). A failed backward releases at once what LibTorch
+// would hold until the thread's next backward.
 Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
                   bool retain_graph = false);
-
-// When a backward fails inside LibTorch's autograd engine (an out-of-memory error within
-// the budget), LibTorch 1.13 leaves its pending work in this thread's ready queue, holding
-// the failed run's buffers until the thread's next backward. Running an empty backward
-// releases them now (found by the differential fuzzer's memory check). gradients() calls it.
-void release_failed_backward() noexcept;
 
 // Whether a backward through `nodes` walks autograd history that was recorded eagerly: a
 // concrete tensor computed from parameters (p * p built from concrete tensors only). That

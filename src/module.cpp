@@ -40,8 +40,8 @@ c10::List<at::Tensor> substitute_all(const c10::List<at::Tensor>& tensors, const
 }
 
 // A copy of `runnable`'s objects (the module and its submodules, recursively) holding
-// the current values of `original`'s slots, tensors (also in lists) passed through `substitute`. Methods
-// are `runnable`'s: they belong to the type. `runnable` is `original` itself, or the clone
+// the current values of `original`'s slots, tensors (also in lists) passed through
+// `substitute`. Methods are `runnable`'s: they belong to the type. `runnable` is `original` itself, or the clone
 // koila runs (same structure, its own methods).
 ObjectPtr twin(const ObjectPtr& runnable, const ObjectPtr& original, const Substitute& substitute,
                std::unordered_map<const c10::ivalue::Object*, ObjectPtr>& done) {

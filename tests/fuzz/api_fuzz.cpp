@@ -201,15 +201,11 @@ void free_tensor_at(State& st, size_t i) {
   st.tensors.erase(st.tensors.begin() + static_cast<long>(i));
 }
 
+// Keeps graphs cheap to plan (at most kMaxDepth ops deep) and the pool small.
 void keep(State& st, koila_tensor* t, int depth) {
-  if (depth > kMaxDepth || st.tensors.size() >= kMaxTensors) {
-    // Too deep or too many: keep the pool small and graphs cheap to plan.
-    if (depth > kMaxDepth) {
-      koila_tensor_free(t);
-      return;
-    }
+  if (depth > kMaxDepth) return koila_tensor_free(t);
+  if (st.tensors.size() >= kMaxTensors)
     free_tensor_at(st, static_cast<size_t>(st.in.below(static_cast<int>(st.tensors.size()))));
-  }
   st.tensors.push_back({t, depth});
 }
 
@@ -634,9 +630,8 @@ std::vector<Entry> make_table() {
     note("koila_tensor_grad");
     koila_tensor* out = sentinel<koila_tensor>();
     const bool ok = check(koila_tensor_grad(&out, t), "koila_tensor_grad");
-    if (ok && out != nullptr && out != sentinel<koila_tensor>()) keep(st, out, 0);
-    else if (!ok) check_out(false, out, "koila_tensor_grad");
-    else if (out == sentinel<koila_tensor>()) die("koila_tensor_grad: succeeded without setting out");
+    if (ok && out == nullptr) return;  // no gradient: success with *out NULL
+    if (check_out(ok, out, "koila_tensor_grad")) keep(st, out, 0);
   });
   add("koila_tensor_zero_grad", 1, [](State& st) {
     koila_tensor* t = pick(st);
