@@ -36,6 +36,20 @@ bool is_out_of_memory(const std::exception& e, const std::string& text) {
          mentions(text, "can't allocate memory");
 }
 
+bool is_out_of_memory(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return err.code() == KOILA_ERROR_OUT_OF_MEMORY;
+  } catch (const c10::OutOfMemoryError&) {
+    return true;
+  } catch (const std::bad_alloc&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 namespace {
 
 // Classifies an error raised by LibTorch itself.

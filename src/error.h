@@ -36,6 +36,9 @@ koila_status& out_of_memory_status();
 // Whether a LibTorch error (or the TorchScript interpreter's wrapping of one, whose `text`
 // keeps the message) says the device ran out of memory.
 bool is_out_of_memory(const std::exception& e, const std::string& text);
+// Whether an exception in flight (koila's, LibTorch's or the C++ runtime's) is an
+// out-of-memory error.
+bool is_out_of_memory(const std::exception_ptr& e);
 
 // Maps the exception in flight to a status whose message starts with `where`.
 koila_status* status_from_current_exception(const char* where) noexcept;

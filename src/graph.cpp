@@ -131,6 +131,8 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->run = spec.run;
   node->inputs = inputs;
   node->shown_inputs = spec.shown_inputs;
+  node->signature = spec.signature;
+  node->mutates_state = spec.mutates_state;
   const c10::Device device = common_device(inputs);
 
   std::vector<const Meta*> metas;

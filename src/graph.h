@@ -17,7 +17,7 @@
 namespace koila {
 
 struct Node;
-struct PlanCache;  // the planner's memo of estimates for a graph (planner.cpp)
+struct PlanCache;  // the planner's memo for a graph (plan_memo.h)
 using NodePtr = std::shared_ptr<const Node>;
 using Tensors = std::vector<at::Tensor>;
 
@@ -66,6 +66,8 @@ struct Node {
   at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
   size_t shown_inputs = SIZE_MAX;  // error messages describe only the first inputs (a module
                                    // call's parameters are inputs too, but not the caller's)
+  std::string signature;      // see OpSpec::signature
+  bool mutates_state = false; // see OpSpec::mutates_state
   mutable std::shared_ptr<PlanCache> plan_cache;  // owned by the planner, set when planned
 
   bool lazy() const { return kind != NodeKind::Constant; }
@@ -92,6 +94,12 @@ struct OpSpec {
   std::function<Meta(const std::vector<const Meta*>& in, const Node& self)> infer = {};
   // How many inputs error messages describe (default: all).
   size_t shown_inputs = SIZE_MAX;
+  // What else, beyond the op's name, its inputs and the shapes, changes the memory it needs
+  // (a training flag): graphs that differ only there are planned apart (see plan_memo.h).
+  std::string signature = {};
+  // The op may change concrete inputs that do not require grad in place (batch norm's
+  // running statistics): the planner's real probes run it on copies of them.
+  bool mutates_state = false;
 };
 
 NodePtr make_constant(at::Tensor value);

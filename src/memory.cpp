@@ -53,12 +53,47 @@ std::atomic<uint64_t> cpu_limit{0};
 thread_local uint64_t cpu_budget_in_force = 0;  // 0: none (see BudgetScope)
 c10::Allocator* cpu_inner = nullptr;
 
+// ---- Run accounting (RunMemory): slots that follow what one thread's allocations hold ----
+//
+// A block's header records the slot that was innermost on its thread when it was allocated
+// and the slot's generation, so that freeing it (on any thread) is charged back to the
+// same slot and its enclosing ones, and not at all once the slot has been reused.
+
+constexpr int kSlots = 256;
+
+struct Slot {
+  std::atomic<bool> busy{false};
+  std::atomic<uint32_t> generation{0};
+  std::atomic<int64_t> live{0};
+  std::atomic<uint64_t> peak{0};
+  std::atomic<int> parent{-1};
+};
+
+Slot slots[kSlots];
+thread_local int innermost_slot = -1;
+
+struct BlockHeader {
+  uint64_t size;
+  int32_t slot;  // -1: none
+  uint32_t generation;
+};
+static_assert(sizeof(BlockHeader) <= 64, "the header must fit in front of the data");
+
+void charge(int slot, int64_t bytes) {
+  for (int s = slot; s >= 0; s = slots[s].parent) {
+    const int64_t now = slots[s].live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (bytes > 0) raise_peak(slots[s].peak, static_cast<uint64_t>(std::max<int64_t>(now, 0)));
+  }
+}
+
 void cpu_delete(void* data) {
   if (data == nullptr) return;
   char* base = static_cast<char*>(data) - kHeader;
-  uint64_t size;
-  std::memcpy(&size, base, sizeof size);
-  cpu_current.fetch_sub(size, std::memory_order_relaxed);
+  BlockHeader header;
+  std::memcpy(&header, base, sizeof header);
+  cpu_current.fetch_sub(header.size, std::memory_order_relaxed);
+  if (header.slot >= 0 && slots[header.slot].generation.load(std::memory_order_relaxed) == header.generation)
+    charge(header.slot, -static_cast<int64_t>(header.size));
   cpu_inner->raw_deallocate(base);
 }
 
@@ -86,8 +121,12 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
       cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
       throw;
     }
-    const uint64_t size = bytes;
-    std::memcpy(base, &size, sizeof size);
+    BlockHeader header{bytes, innermost_slot, 0};
+    if (header.slot >= 0) {
+      header.generation = slots[header.slot].generation.load(std::memory_order_relaxed);
+      charge(header.slot, static_cast<int64_t>(bytes));
+    }
+    std::memcpy(base, &header, sizeof header);
     raise_peak(cpu_peak, now);
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &cpu_delete, device};
@@ -97,12 +136,111 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
 
 TrackingCpuAllocator tracking_cpu_allocator;
 
+#ifdef KOILA_WITH_CUDA
+// CUDA: the caching allocator of the device is capped at the budget (as a fraction of the
+// device's memory) while any scope on it lives; the cap is lifted when the last one ends.
+std::mutex cuda_cap_mutex;
+std::map<int, int> cuda_caps;  // device index -> live scopes
+
+void cap_cuda(const c10::Device& device, uint64_t budget) {
+  const int index = canonical_device(device).index();
+  size_t free = 0, total = 0;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(index);
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess || total == 0) {
+    cudaGetLastError();
+    return;  // no cap: the planner's estimate alone keeps the run within the budget
+  }
+  std::lock_guard<std::mutex> lock(cuda_cap_mutex);
+  ++cuda_caps[index];
+  const double fraction = std::min(1.0, static_cast<double>(budget) / static_cast<double>(total));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+}
+
+void uncap_cuda(const c10::Device& device) {
+  const int index = canonical_device(device).index();
+  std::lock_guard<std::mutex> lock(cuda_cap_mutex);
+  auto found = cuda_caps.find(index);
+  if (found == cuda_caps.end()) return;
+  if (--found->second == 0) {
+    cuda_caps.erase(found);
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, index);
+  }
+}
+#endif
+
 }  // namespace
 
-BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget) : previous_(cpu_budget_in_force) {
+BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget)
+    : previous_(cpu_budget_in_force), device_(device) {
   if (device.is_cpu()) cpu_budget_in_force = budget;
+#ifdef KOILA_WITH_CUDA
+  if (device.is_cuda()) cap_cuda(device, budget);
+#endif
 }
-BudgetScope::~BudgetScope() { cpu_budget_in_force = previous_; }
+BudgetScope::~BudgetScope() {
+  cpu_budget_in_force = previous_;
+#ifdef KOILA_WITH_CUDA
+  if (device_.is_cuda()) uncap_cuda(device_);
+#endif
+}
+
+void release_cached_memory(const c10::Device& device) {
+#ifdef KOILA_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
+RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(device)) {
+  ensure_memory_tracking();
+  if (!device_.is_cpu()) {
+    reset_peak(device_);
+    start_ = memory_stats(device_).current;
+    return;
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    bool expected = false;
+    if (slots[s].busy.compare_exchange_strong(expected, true)) {
+      slot_ = s;
+      break;
+    }
+  }
+  if (slot_ < 0) {  // every slot taken: the device's own figures (other threads included)
+    reset_peak(device_);
+    start_ = memory_stats(device_).current;
+    return;
+  }
+  Slot& slot = slots[slot_];
+  slot.generation.fetch_add(1);
+  slot.live.store(0);
+  slot.peak.store(0);
+  slot.parent = innermost_slot;
+  innermost_slot = slot_;
+}
+
+RunMemory::~RunMemory() {
+  if (slot_ < 0) return;
+  innermost_slot = slots[slot_].parent;
+  slots[slot_].generation.fetch_add(1);  // what it allocated is no longer charged to it
+  slots[slot_].busy.store(false);
+}
+
+uint64_t RunMemory::current() const {
+  if (slot_ >= 0) return static_cast<uint64_t>(std::max<int64_t>(slots[slot_].live.load(), 0));
+  const uint64_t now = memory_stats(device_).current;
+  return now > start_ ? now - start_ : 0;
+}
+
+uint64_t RunMemory::peak() const {
+  if (slot_ >= 0) return slots[slot_].peak.load();
+  const uint64_t peak = memory_stats(device_).peak;
+  return peak > start_ ? peak - start_ : 0;
+}
 
 namespace {
 

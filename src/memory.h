@@ -61,7 +61,9 @@ class MetaAllocationScope {
 // would fail: koila's planned runs hold their budget as a hard limit, and retry with a
 // smaller chunk when an estimate fell short. Nests; other devices are not affected here.
 // Allocations LibTorch makes on its own worker threads during the run are counted in the
-// figures but not refused (most kernels allocate on the calling thread).
+// figures but not refused (most kernels allocate on the calling thread). On CUDA (when
+// built with it) the device's caching allocator is capped at the budget while a scope on
+// it lives (setMemoryFraction), so that an allocation beyond it fails there too.
 class BudgetScope {
  public:
   BudgetScope(const c10::Device& device, uint64_t budget);
@@ -71,6 +73,31 @@ class BudgetScope {
 
  private:
   uint64_t previous_;
+  c10::Device device_;
+};
+
+// Gives back what a device's allocator caches unused (CUDA's caching allocator), before a
+// run retries with a smaller chunk; nothing to do on the CPU.
+void release_cached_memory(const c10::Device& device);
+
+// The bytes that allocations made on this thread while it lives hold (wherever they are
+// freed), and their peak: what one run or probe takes, whatever other threads do meanwhile.
+// Exact on the CPU. On other devices, and when 256 are already alive, the device's own
+// figures since it started (other threads included; its peak is reset).
+class RunMemory {
+ public:
+  explicit RunMemory(const c10::Device& device);
+  ~RunMemory();
+  RunMemory(const RunMemory&) = delete;
+  RunMemory& operator=(const RunMemory&) = delete;
+
+  uint64_t current() const;
+  uint64_t peak() const;
+
+ private:
+  c10::Device device_;
+  int slot_ = -1;
+  uint64_t start_ = 0;
 };
 
 namespace testing {

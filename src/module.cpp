@@ -14,6 +14,7 @@
 #include "batch.h"
 #include "error.h"
 #include "executor.h"
+#include "random_scope.h"
 #include "types.h"
 
 namespace koila {
@@ -149,30 +150,6 @@ Tensors meta_args(const Call& call, const std::vector<const Meta*>& in, int64_t 
   return args;
 }
 
-// Saves the state of the random generator of `device` and restores it when done; reseed()
-// makes every probe run draw the same random numbers.
-class RandomScope {
- public:
-  explicit RandomScope(const c10::Device& device) : generator_(at::globalContext().defaultGenerator(device)) {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    state_ = generator_.get_state();
-  }
-  ~RandomScope() {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    generator_.set_state(state_);
-  }
-  void reseed() {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    generator_.set_current_seed(kProbeSeed);
-  }
-  RandomScope(const RandomScope&) = delete;
-  RandomScope& operator=(const RandomScope&) = delete;
-
- private:
-  at::Generator generator_;
-  at::Tensor state_;
-};
-
 // Probes: the module run for real on a few samples, without gradients, on a twin whose
 // buffers are copies (batch norm's running statistics stay untouched).
 class Probe {
@@ -197,7 +174,7 @@ class Probe {
       args.push_back(n >= 0 && bd >= 0 ? inputs[i].narrow(bd, 0, n) : inputs[i]);
     }
     args.insert(args.end(), module_state_.begin(), module_state_.end());
-    random_.reseed();
+    random_.reseed(kProbeSeed);
     return run_call(call_, args, KOILA_ERROR_SHAPE);
   }
   at::Tensor run(int64_t n = -1) { return run(inputs_, n); }
@@ -521,6 +498,10 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
     return r;
   };
   spec.shown_inputs = inputs.size();
+  // Which submodules train (dropout masks, batch statistics) changes the memory a call needs.
+  spec.signature = call->name + ":";
+  for (const Module& sub : call->module.modules()) spec.signature += sub.is_training() ? '1' : '0';
+  spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
 
   std::vector<NodePtr> all = inputs;
   for (const at::Tensor& t : call->state) all.push_back(make_constant(t));

@@ -213,11 +213,14 @@ KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor*
       return batch::couple("batch_norm in training normalizes with statistics over the batch");
     })
                            : batch::same_dims_except({1}, "applies per-channel statistics");
-    return build({"koila_batch_norm",
-                  [train, momentum, eps](const Tensors& in, const Node&) {
-                    return at::batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
-                  },
-                  rule},
+    OpSpec spec{"koila_batch_norm",
+                [train, momentum, eps](const Tensors& in, const Node&) {
+                  return at::batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
+                },
+                rule};
+    spec.signature = train ? "train" : "eval";
+    spec.mutates_state = train;
+    return build(std::move(spec),
                  {input, optional_node(weight), optional_node(bias), optional_node(running_mean),
                   optional_node(running_var)});
   });

@@ -155,8 +155,9 @@ KOILA_API koila_status* koila_dropout(koila_tensor** out, const koila_tensor* x,
     if (!(p >= 0.0 && p <= 1.0))
       fail(KOILA_ERROR_INVALID_ARGUMENT, "dropout probability must be between 0 and 1, got " + std::to_string(p));
     const bool on = arg::flag(train, "train");
-    return build({"koila_dropout", [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); }, {}, true},
-                 {input});
+    OpSpec spec{"koila_dropout", [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); }, {}, true};
+    spec.signature = on ? "train" : "eval";
+    return build(std::move(spec), {input});
   });
 }
 

@@ -3,12 +3,10 @@
 // fits the device's budget, and runs the batch chunk by chunk so that results and
 // gradients equal the unsplit ones.
 //
-// Estimates come from a simulation: the graph runs forward (and backward, through
-// LibTorch's autograd) on meta tensors of the chunk's size, while a counting meta
-// allocator follows every tensor the run would allocate and free: activations, what
-// autograd saves for backward, gradients, temporaries of composite ops. Nothing is
-// computed. Parameters, inputs and existing gradients already exist and are part of the
-// device's current usage.
+// The pieces, one job each: plan_analysis (where the batch goes), chunked_run (the chunk
+// strategy, shared by runs, simulations and probes), plan_estimate (figures and where they
+// came from), plan_memo (what is remembered per graph structure), reservations (one budget
+// for many threads); this file searches the chunk and runs it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,10 +15,9 @@
 #include <vector>
 
 #include "graph.h"
+#include "plan_analysis.h"
 
 namespace koila {
-
-enum class Mode { Forward, Training };
 
 struct Plan {
   Mode mode = Mode::Forward;
@@ -31,16 +28,18 @@ struct Plan {
   int64_t chunks = 1;
   std::string coupled;        // non-empty: why the batch cannot be split (names the op)
   uint64_t current = 0;       // bytes in use on the device when planned
+  uint64_t others = 0;        // bytes reserved by runs on other threads and not yet allocated
   uint64_t budget = 0;
   uint64_t full_extra = 0;    // estimated bytes beyond `current`, unsplit
   uint64_t extra = 0;         // estimated bytes beyond `current`, as planned
-  std::string coarse;         // non-empty: the simulation failed (why) and estimates are coarse
-  uint64_t peak() const { return current + extra; }
-  uint64_t full_peak() const { return current + full_extra; }
+  std::string source;         // where the figures came from (see plan_estimate.h)
+  uint64_t peak() const { return current + others + extra; }
+  uint64_t full_peak() const { return current + others + full_extra; }
   std::string describe() const;
 };
 
-// Plans without running anything. Fails with KOILA_ERROR_OUT_OF_MEMORY when not even one
+// Plans without running anything (but for the real probes of plan_estimate.h, once per
+// graph structure). Fails with KOILA_ERROR_OUT_OF_MEMORY when not even one
 // sample fits, KOILA_ERROR_NOT_SPLITTABLE when the graph couples the batch and does not
 // fit unsplit (the message is the plan's description).
 Plan make_plan(const NodePtr& root, Mode mode);
@@ -57,12 +56,5 @@ at::Tensor run_forward(const NodePtr& root, Plan* used = nullptr);
 // every tensor that requires grad only once all of them have been computed: a failure
 // leaves every gradient as it was.
 void run_backward(const NodePtr& loss, Plan* used = nullptr);
-
-namespace testing {
-// Multiplies every estimate (to provoke real out-of-memory errors in tests); 1 by default.
-void set_estimate_scale(double scale);
-// Makes the simulation fail, as it would for an op without meta kernels (coarse estimates).
-void set_simulation_fails(bool fails);
-}  // namespace testing
 
 }  // namespace koila

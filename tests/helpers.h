@@ -12,6 +12,7 @@
 #include "koila.h"
 #include "memory.h"
 #include "models.h"
+#include "plan_estimate.h"
 #include "planner.h"
 #include "types.h"
 

@@ -571,7 +571,7 @@ TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   EXPECT_EQ(batch_dim_of(y.get()), 0);
   EXPECT_TRUE(node(y.get()).couples.empty()) << node(y.get()).couples;
   EXPECT_TRUE(at::allclose(to_aten(y.get()), at::roll(xs, {1}, {1}) * w));
-  // Training in chunks (estimated coarsely when the simulation cannot run the module).
+  // Training in chunks (measured on real probes when the simulation cannot run the module).
   Handle sq = CALL(koila_mul, y.get(), y.get());
   Handle loss = CALL(koila_sum, sq.get(), nullptr, 0, 0);
   budget_for_chunk(loss.get(), koila::Mode::Training, 2);
@@ -581,7 +581,7 @@ TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   char text[1024];
   size_t needed = 0;
   ASSERT_OK(koila_plan_describe(p, text, sizeof text, &needed));
-  EXPECT_EQ(std::string(text).find("coarse") != std::string::npos, !meta_roll) << text;
+  EXPECT_EQ(std::string(text).find("measured on real probes") != std::string::npos, !meta_roll) << text;
   koila_plan_free(p);
   ASSERT_OK(koila_backward(loss.get()));
   const at::Tensor expected_grad = (2 * at::roll(xs, {1}, {1}).pow(2) * w).sum(0);

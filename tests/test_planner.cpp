@@ -505,28 +505,46 @@ TEST(Plan, FreeingTheGraphFreesItsTensors) {
   EXPECT_EQ(current_cpu(), before);
 }
 
-TEST(Plan, CoarseEstimateWhenTheSimulationFails) {
+TEST(Plan, MeasuredEstimateWhenTheSimulationFails) {
   // An op the meta device cannot run (none of koila's own, but e.g. a module's custom op):
-  // the planner falls back to a coarse estimate that errs high, says so, and still runs.
+  // the planner measures real probes of 1 and 2 samples instead, once per graph structure,
+  // fits peak against chunk size, says so, and the runs stay within the budget.
   BudgetGuard restore;
   koila::testing::set_simulation_fails(true);
   const Model m(Kind::CNN, at::kCPU, 9);
   const at::Tensor xs = m.input(16), ys = m.target(16);
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
-  Handle loss = m.loss(x.get(), y.get());
-  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_NE(p.text.find("coarse estimate"), std::string::npos) << p.text;
-  koila::testing::set_simulation_fails(false);
-  Handle same = m.loss(x.get(), y.get());  // a new graph: estimates are remembered per graph
-  const uint64_t simulated = koila::estimate_extra(same->node, koila::Mode::Training, -1);
-  EXPECT_GT(p.full_peak - current_cpu(), simulated);  // errs high
   m.zero_grad();
   m.eager_loss(xs, ys).backward();
   const auto expected = grads_of(m);
   m.zero_grad();
-  koila::testing::set_simulation_fails(true);
-  ASSERT_OK(koila_backward(loss.get()));
-  expect_close(grads_of(m), expected, 1e-4, 1e-6, "coarse");
+  const uint64_t probes = koila::testing::probes_run();
+  Handle loss = m.loss(x.get(), y.get());
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(p.text.find("measured on real probes of 1 2 4 samples"), std::string::npos) << p.text;
+  EXPECT_NE(p.text.find("simulating the graph on meta tensors failed"), std::string::npos) << p.text;
+  EXPECT_EQ(koila::testing::probes_run() - probes, 3u);
+  Handle again = m.loss(x.get(), y.get());  // the graph rebuilt, as every step does
+  plan_of(again.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(koila::testing::probes_run() - probes, 3u) << "a rebuilt graph was probed again";
+  // Unsplit: the estimate against the measured peak.
+  const uint64_t before = current_cpu();
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(again.get()));
+  const uint64_t measured = peak_cpu() - before;
+  EXPECT_GE(static_cast<double>(p.full_peak - before) * (1 + koila::kMargin), static_cast<double>(measured));
+  expect_close(grads_of(m), expected, 1e-4, 1e-6, "unsplit");
+  m.zero_grad();
+  // In chunks of 4: within the budget.
+  Handle chunked = m.loss(x.get(), y.get());
+  budget_for_chunk(chunked.get(), koila::Mode::Training, 4);
+  uint64_t budget = 0;
+  ASSERT_OK(koila_memory_budget("cpu", &budget));
+  ASSERT_EQ(plan_of(chunked.get(), KOILA_MODE_TRAINING).chunks, 4);
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(chunked.get()));
+  EXPECT_LE(peak_cpu(), budget);
+  expect_close(grads_of(m), expected, 1e-4, 1e-6, "in chunks of 4");
   m.zero_grad();
 }
 

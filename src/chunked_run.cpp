@@ -1,0 +1,241 @@
+#include "chunked_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "error.h"
+#include "executor.h"
+
+namespace koila {
+namespace {
+
+// Calls body(start, length) for each chunk, the first `max_chunks` only when that is > 0.
+template <class F>
+void for_each_chunk(int64_t batch, const ChunkRun& run, F&& body) {
+  int64_t done = 0;
+  for (int64_t start = 0; start < batch; start += run.chunk) {
+    if (run.max_chunks > 0 && done++ == run.max_chunks) return;
+    body(start, std::min(run.chunk, batch - start));
+  }
+}
+
+EvalOptions options_for(const ChunkRun& run) {
+  EvalOptions options;
+  options.leaf = run.leaf;
+  return options;
+}
+
+at::TensorOptions tensor_options(const Meta& m, const ChunkRun& run) {
+  return at::TensorOptions().dtype(m.dtype).device(run.meta ? c10::Device(c10::kMeta) : m.device);
+}
+
+// Per chunk: the count each mean-reducing boundary averaged over (observed as it runs; in
+// a simulation, the chunk's length).
+struct ChunkCounts {
+  std::unordered_map<const Node*, size_t> index;
+  std::vector<double> counts;
+  ChunkCounts(const std::vector<const Node*>& boundaries) : counts(boundaries.size(), 0) {
+    for (size_t k = 0; k < boundaries.size(); ++k) index.emplace(boundaries[k], k);
+  }
+  void observe(EvalOptions& options, const ChunkRun& run) {
+    if (run.meta) return;
+    options.observe = [this](const Node& node, const Tensors& args, const at::Tensor&) {
+      auto found = index.find(&node);
+      if (found != index.end() && node.reduction == BatchReduction::Mean) counts[found->second] = node.mean_count(args);
+    };
+  }
+  void start_chunk(int64_t length, const ChunkRun& run) {
+    if (run.meta) std::fill(counts.begin(), counts.end(), static_cast<double>(length));
+  }
+};
+
+// The boundaries' values over the whole batch, from chunks combined by their reduction.
+Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<double>* totals_out) {
+  const size_t n = a.boundaries.size();
+  Tensors combined(n);
+  std::vector<double> totals(n, 0);
+  ChunkCounts counts(a.boundaries);
+  EvalOptions options = options_for(run);
+  counts.observe(options, run);
+  for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+    options.chunk_start = start;
+    options.chunk_length = length;
+    counts.start_chunk(length, run);
+    Tensors values = evaluate(a.boundaries, options);
+    for (size_t k = 0; k < n; ++k) {
+      const Node& b = *a.boundaries[k];
+      at::Tensor v = values[k];
+      values[k] = at::Tensor();
+      at::Tensor& acc = combined[k];
+      switch (b.reduction) {
+        case BatchReduction::Sum: acc = acc.defined() ? acc.add_(v) : v.clone(); break;
+        case BatchReduction::Mean:
+          if (counts.counts[k] == 0) break;  // nothing averaged in this chunk (e.g. all targets ignored)
+          acc = acc.defined() ? acc.add_(v, counts.counts[k]) : v.mul(counts.counts[k]);
+          totals[k] += counts.counts[k];
+          break;
+        case BatchReduction::Max: acc = acc.defined() ? at::maximum(acc, v) : v.clone(); break;
+        case BatchReduction::Min: acc = acc.defined() ? at::minimum(acc, v) : v.clone(); break;
+        case BatchReduction::None: fail(KOILA_ERROR_INTERNAL, "a boundary without a reduction");
+      }
+    }
+  });
+  for (size_t k = 0; k < n; ++k) {
+    const Node& b = *a.boundaries[k];
+    if (b.reduction != BatchReduction::Mean) continue;
+    if (totals[k] == 0)  // a mean over nothing, as LibTorch computes it
+      combined[k] = at::full(b.meta.shape, NAN, tensor_options(b.meta, run));
+    else
+      combined[k].div_(totals[k]);
+  }
+  if (totals_out) *totals_out = std::move(totals);
+  return combined;
+}
+
+[[noreturn]] void no_leaves() {
+  fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
+                                     "(see koila_tensor_set_requires_grad)");
+}
+
+// Gradients by leaf, summed over the pieces a backward is computed in.
+struct GradientSum {
+  Tensors leaves, grads;
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  void add(const Tensors& ls, const Tensors& gs) {
+    for (size_t i = 0; i < ls.size(); ++i) {
+      if (!gs[i].defined()) continue;
+      auto [it, fresh] = index.emplace(ls[i].unsafeGetTensorImpl(), leaves.size());
+      if (fresh) {
+        leaves.push_back(ls[i]);
+        grads.push_back(owned_gradient(gs[i], ls[i]));  // later chunks add into it in place
+      } else {
+        grads[it->second].add_(gs[i]);
+      }
+    }
+  }
+};
+
+void finish(const ChunkRun& run, const Tensors& leaves, const Tensors& grads) {
+  if (run.commit) commit_gradients(leaves, grads);
+}
+
+}  // namespace
+
+at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
+  if (!a.splits(run.chunk)) return evaluate(root, options_for(run));
+  if (a.root_batched) {
+    const Meta& m = root->meta;
+    at::Tensor result = at::empty(m.shape, tensor_options(m, run));
+    EvalOptions options = options_for(run);
+    for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+      options.chunk_start = start;
+      options.chunk_length = length;
+      result.narrow(m.batch_dim, start, length).copy_(evaluate(root, options));
+    });
+    return result;
+  }
+  const Tensors combined = combine_boundaries(a, run, nullptr);
+  std::unordered_map<const Node*, at::Tensor> given;
+  for (size_t k = 0; k < combined.size(); ++k) given.emplace(a.boundaries[k], combined[k]);
+  EvalOptions tail = options_for(run);
+  tail.given = &given;
+  return evaluate(root, tail);
+}
+
+void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
+  const bool retain = reaches_eager_history(a.nodes);
+  if (!a.splits(run.chunk)) {
+    EvalOptions options = options_for(run);
+    options.grad = true;
+    at::Tensor value = evaluate(root, options);
+    const Tensors leaves = autograd_leaves({value});
+    if (leaves.empty()) no_leaves();
+    finish(run, leaves, gradients({value}, {}, leaves, retain));
+    return;
+  }
+  at::NoGradGuard outside;  // the sums below are not part of any graph
+  const size_t n = a.boundaries.size();
+  // d loss / d boundary, and the gradients the rest of the graph contributes directly.
+  Tensors upstream(n);
+  std::vector<double> totals(n, 0);
+  GradientSum sum;
+  if (!a.root_is_boundary) {
+    const Tensors combined = combine_boundaries(a, run, &totals);
+    std::unordered_map<const Node*, at::Tensor> given;
+    Tensors stand_ins;
+    for (size_t k = 0; k < n; ++k) {
+      at::Tensor v = combined[k].detach();
+      if (at::isFloatingType(v.scalar_type())) v.requires_grad_(true);
+      stand_ins.push_back(v);
+      given.emplace(a.boundaries[k], v);
+    }
+    EvalOptions tail = options_for(run);
+    tail.grad = true;
+    tail.given = &given;
+    at::Tensor value = evaluate(root, tail);
+    if (!value.requires_grad()) no_leaves();
+    const Tensors leaves = autograd_leaves({value});
+    const Tensors grads = gradients({value}, {}, leaves, retain);
+    Tensors params, param_grads;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      bool is_stand_in = false;
+      for (size_t k = 0; k < n; ++k)
+        if (leaves[i].unsafeGetTensorImpl() == stand_ins[k].unsafeGetTensorImpl()) {
+          upstream[k] = grads[i];
+          is_stand_in = true;
+        }
+      if (!is_stand_in) {
+        params.push_back(leaves[i]);
+        param_grads.push_back(grads[i]);
+      }
+    }
+    sum.add(params, param_grads);
+  }
+
+  ChunkCounts counts(a.boundaries);
+  EvalOptions options = options_for(run);
+  options.grad = true;
+  counts.observe(options, run);
+  std::vector<double> weights_total(n, 0);
+  Tensors leaves;
+  bool leaves_known = false;
+  for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+    options.chunk_start = start;
+    options.chunk_length = length;
+    counts.start_chunk(length, run);
+    Tensors values = evaluate(a.boundaries, options);
+    Tensors grad_outputs(n);
+    for (size_t k = 0; k < n; ++k) {
+      const Node& b = *a.boundaries[k];
+      // Weight of this chunk's value in the combined one: 1 for a sum; for a mean its share
+      // of the elements averaged over (known up front, or applied at the end when the
+      // boundary is the loss itself).
+      double w = 1;
+      if (b.reduction == BatchReduction::Mean) {
+        w = counts.counts[k];
+        if (!a.root_is_boundary) w = totals[k] > 0 ? w / totals[k] : 0;
+        weights_total[k] += counts.counts[k];
+      }
+      if (w == 0 || (!a.root_is_boundary && !upstream[k].defined())) {
+        values[k] = at::Tensor();  // contributes nothing
+        continue;
+      }
+      grad_outputs[k] = a.root_is_boundary ? at::full_like(values[k], w) : upstream[k].mul(w);
+    }
+    if (!leaves_known) {
+      leaves = autograd_leaves(values);
+      leaves_known = std::any_of(values.begin(), values.end(), [](const at::Tensor& v) { return v.defined(); });
+    }
+    sum.add(leaves, gradients(values, grad_outputs, leaves, retain));
+  });
+  if (a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean && weights_total[0] > 0)
+    for (at::Tensor& g : sum.grads) g.div_(weights_total[0]);
+  if (sum.leaves.empty()) {
+    if (leaves_known) no_leaves();
+    return;  // every chunk averaged over nothing (e.g. all targets ignored): nothing to add
+  }
+  finish(run, sum.leaves, sum.grads);
+}
+
+}  // namespace koila

@@ -1,0 +1,34 @@
+// The chunk strategy: how a graph is evaluated, or a backward run, in chunks of the batch
+// so that results and gradients equal the unsplit ones. The same code serves the real
+// run, the planner's simulation (on meta stand-ins, first chunks only) and its probes (real
+// tensors, first chunk only, gradients dropped), so that what is estimated is what runs.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+
+#include "graph.h"
+#include "plan_analysis.h"
+
+namespace koila {
+
+struct ChunkRun {
+  int64_t chunk = -1;       // samples per chunk; -1 (or the batch or more): unsplit
+  int64_t max_chunks = -1;  // > 0: stop after this many chunks (simulations and probes)
+  // The values of leaves (meta stand-ins, probe copies); default: the nodes' tensors.
+  std::function<at::Tensor(const Node&)> leaf;
+  // Simulation on meta tensors: what the run allocates itself goes to the meta device, and
+  // the counts a mean averaged over are not read (their values do not exist).
+  bool meta = false;
+  bool commit = true;  // add the gradients into .grad; false: compute and drop them
+};
+
+// The value of `root`, chunked along the batch as `run` says. Records no autograd.
+at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run);
+
+// Backward from the one-element `loss`, chunked as `run` says. Gradients are added into
+// .grad only once all of them have been computed: a failure leaves every .grad as it was.
+void backward_chunks(const NodePtr& loss, const Analysis& a, const ChunkRun& run);
+
+}  // namespace koila

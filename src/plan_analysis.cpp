@@ -1,0 +1,72 @@
+#include "plan_analysis.h"
+
+#include <mutex>
+
+#include "executor.h"
+#include "plan_memo.h"
+
+namespace koila {
+namespace {
+
+const char* reduction_name(BatchReduction r) {
+  switch (r) {
+    case BatchReduction::Sum: return "sum";
+    case BatchReduction::Mean: return "mean";
+    case BatchReduction::Max: return "max";
+    case BatchReduction::Min: return "min";
+    case BatchReduction::None: break;
+  }
+  return "none";
+}
+
+std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
+  auto a = std::make_unique<Analysis>();
+  a->nodes = topological_order({root.get()});
+  for (const Node* node : a->nodes) {
+    if (node->kind == NodeKind::Input && node->meta.batch_dim >= 0) {
+      const int64_t size = node->meta.batch_size();
+      if (a->batch < 0) {
+        a->batch = size;
+      } else if (size != a->batch && a->coupled.empty()) {
+        a->coupled = "the lazy inputs have different batch sizes (" + std::to_string(a->batch) + " and " +
+                     std::to_string(size) + ")";
+      }
+    }
+    if (node->kind != NodeKind::Op) continue;
+    if (!node->couples.empty() && a->coupled.empty()) a->coupled = node->op + " " + node->couples;
+    bool batched_input = false;
+    for (const NodePtr& in : node->inputs) batched_input |= in && in->meta.batch_dim >= 0;
+    if (node->reduction != BatchReduction::None && batched_input) {
+      a->boundaries.push_back(node);
+      if (mode == Mode::Training && a->coupled.empty() &&
+          (node->reduction == BatchReduction::Max || node->reduction == BatchReduction::Min))
+        a->coupled = node->op + " takes the " + reduction_name(node->reduction) +
+                     " over the batch, whose gradient cannot be split into chunks";
+    }
+  }
+  if (a->batch < 0) {
+    a->boundaries.clear();
+    a->coupled.clear();
+    return a;
+  }
+  a->root_batched = root->meta.batch_dim >= 0;
+  if (a->root_batched) a->boundaries.clear();  // any reduction feeding it couples the batch already
+  a->root_is_boundary = a->boundaries.size() == 1 && a->boundaries[0] == root.get();
+  if (!a->root_batched && a->boundaries.empty() && a->coupled.empty())
+    a->coupled = root->op + " gives a result that neither carries the batch nor reduces over it";
+  return a;
+}
+
+std::mutex analysis_mutex;
+
+}  // namespace
+
+const Analysis& analysis_of(const NodePtr& root, Mode mode) {
+  std::lock_guard<std::mutex> lock(analysis_mutex);
+  if (!root->plan_cache) root->plan_cache = std::make_shared<PlanCache>();
+  auto& slot = root->plan_cache->analysis[mode == Mode::Training ? 1 : 0];
+  if (!slot) slot = analyze(root, mode);
+  return *slot;
+}
+
+}  // namespace koila

@@ -1,0 +1,330 @@
+#include "plan_estimate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+#include "chunked_run.h"
+#include "error.h"
+#include "executor.h"
+#include "memory.h"
+#include "module.h"
+#include "random_scope.h"
+#include "types.h"
+
+namespace koila {
+namespace {
+
+std::atomic<bool> simulation_fails{false};
+std::atomic<uint64_t> probe_count{0};
+std::atomic<uint64_t> simulation_count{0};
+std::atomic<double> estimate_scale{1.0};
+
+constexpr int64_t kSimulatedChunks = 2;  // the first chunk allocates the sums, the second adds into them
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::string reason(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    return first_line(err.what_without_backtrace());
+  } catch (const std::exception& err) {
+    return first_line(torch_complaint(err));
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
+// Meta stand-ins for the graph's concrete tensors, made before counting starts (they exist
+// already); the same tensor used twice gets the same stand-in.
+struct MetaLeaves {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> by_impl;
+
+  explicit MetaLeaves(const std::vector<const Node*>& nodes) {
+    for (const Node* node : nodes) {
+      if (node->kind == NodeKind::Op) continue;
+      const at::Tensor& real = node->value;
+      if (by_impl.count(real.unsafeGetTensorImpl())) continue;
+      at::Tensor stand_in = at::empty_strided(real.sizes(), real.strides(), real.options().device(at::kMeta));
+      if (real.requires_grad()) stand_in.requires_grad_(true);
+      by_impl.emplace(real.unsafeGetTensorImpl(), stand_in);
+    }
+  }
+  at::Tensor operator()(const Node& node) const { return by_impl.at(node.value.unsafeGetTensorImpl()); }
+};
+
+void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun& run) {
+  if (mode == Mode::Forward) {
+    at::NoGradGuard no_grad;
+    forward_chunks(root, a, run);
+  } else {
+    backward_chunks(root, a, run);
+  }
+}
+
+uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks) {
+  if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
+  simulation_count.fetch_add(1);
+  const MetaLeaves leaves(a.nodes);
+  ChunkRun run;
+  run.chunk = chunk;
+  run.max_chunks = max_chunks;
+  run.leaf = [&leaves](const Node& node) { return leaves(node); };
+  run.meta = true;
+  MetaAllocationScope scope;
+  run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
+  return scope.peak();
+}
+
+// A real run of the first `max_chunks` chunks of `chunk` samples, gradients dropped; what
+// ops may change in place (running statistics) is copied first, the random state restored
+// after. Held to the budget and to `room` beyond what is in use: a probe that does not fit
+// fails instead of going over either.
+uint64_t probe(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks,
+               uint64_t room) {
+  const c10::Device device = canonical_device(root->meta.device);
+  std::unordered_map<const Node*, at::Tensor> copies;
+  for (const Node* node : a.nodes) {
+    if (node->kind != NodeKind::Op || !node->mutates_state) continue;
+    for (const NodePtr& in : node->inputs)
+      if (in && in->kind != NodeKind::Op && !in->value.requires_grad() && in->meta.batch_dim < 0 &&
+          !copies.count(in.get()))
+        copies.emplace(in.get(), in->value.clone());
+  }
+  RandomScope random(device);
+  ChunkRun run;
+  run.chunk = chunk;
+  run.max_chunks = max_chunks;
+  run.commit = false;
+  run.leaf = [&copies](const Node& node) {
+    auto found = copies.find(&node);
+    return found != copies.end() ? found->second : node.value;
+  };
+  probe_count.fetch_add(1);
+  RunMemory usage(device);
+  {
+    const uint64_t current = memory_stats(device).current;
+    BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
+    run_mode(root, a, mode, run);
+  }
+  return usage.peak();
+}
+
+// When the simulation cannot run and there is nothing to probe with: every result held at
+// once, three times over for training (activations, what autograd saves, gradients), plus
+// the gradients of the parameters twice. Errs high.
+uint64_t coarse_estimate(const Analysis& a, Mode mode, int64_t chunk) {
+  double bytes = 0, params = 0;
+  for (const Node* node : a.nodes) {
+    const double element = static_cast<double>(c10::elementSize(node->meta.dtype));
+    if (node->kind != NodeKind::Op) {
+      if (node->value.requires_grad()) params += static_cast<double>(node->value.numel()) * element;
+      continue;
+    }
+    double numel = 1;
+    for (size_t d = 0; d < node->meta.shape.size(); ++d)
+      numel *= static_cast<double>(static_cast<int64_t>(d) == node->meta.batch_dim && chunk >= 0 ? chunk
+                                                                                                   : node->meta.shape[d]);
+    bytes += numel * element;
+  }
+  if (mode == Mode::Training) bytes = 3 * bytes + 2 * params;
+  return static_cast<uint64_t>(bytes);
+}
+
+std::string human(uint64_t bytes) {
+  std::ostringstream os;
+  os.precision(1);
+  os << std::fixed;
+  if (bytes >= (uint64_t{1} << 30))
+    os << static_cast<double>(bytes) / (1 << 30) << " GiB";
+  else if (bytes >= (uint64_t{1} << 20))
+    os << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  else if (bytes >= 1024)
+    os << static_cast<double>(bytes) / 1024 << " KiB";
+  else
+    os << bytes << " B";
+  return os.str();
+}
+
+}  // namespace
+
+Estimator::Estimator(const NodePtr& root, const Analysis& a, Mode mode)
+    : root_(root), a_(a), mode_(mode), record_(graph_record(root, a, mode)) {}
+
+int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
+
+// Under the record's lock.
+bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes) {
+  GraphRecord& r = *record_;
+  if (!r.simulation_failure.empty()) return false;
+  const auto key = std::make_pair(chunk, max_chunks);
+  auto found = r.simulated.find(key);
+  if (found == r.simulated.end()) {
+    try {
+      found = r.simulated.emplace(key, simulate(root_, a_, mode_, chunk, max_chunks)).first;
+    } catch (...) {
+      r.simulation_failure = reason(std::current_exception());
+      return false;
+    }
+  }
+  *bytes = found->second;
+  return true;
+}
+
+// Under the record's lock: real probes of the first chunk of 2 and 4 samples (2 alone for
+// batches under 8, 1 for a batch of 2), each against the simulation of the same chunk. Not
+// one sample: backends choose other kernels for it (oneDNN reorders convolution weights
+// only for more), and batch norm in training needs two. Two sizes, because some backend
+// temporaries grow with the chunk.
+void Estimator::calibrate() {
+  GraphRecord& r = *record_;
+  std::vector<int64_t> sizes;
+  if (a_.batch >= 8) sizes = {2, 4};
+  else if (a_.splits(2)) sizes = {2};
+  else if (a_.splits(1)) sizes = {1};
+  for (int64_t samples : sizes) {
+    uint64_t sim = 0;
+    if (!simulated(samples, 1, &sim)) return;
+    if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) break;  // no room: later
+    r.probed = true;
+    try {
+      const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
+      r.calibration_probes[samples] = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
+      r.probe_failure.clear();
+    } catch (...) {
+      r.probe_failure = reason(std::current_exception());
+      break;
+    }
+  }
+  if (r.calibration_probes.empty()) return;
+  int64_t base = 0;
+  for (const auto& [c, d] : r.calibration_probes) base = std::max(base, d);
+  r.calibration = static_cast<uint64_t>(base);
+  if (r.calibration_probes.size() >= 2) {
+    const auto hi = std::prev(r.calibration_probes.end()), lo = std::prev(hi);
+    r.calibration_slope = std::max(0.0, static_cast<double>(hi->second - lo->second) /
+                                            static_cast<double>(hi->first - lo->first));
+  }
+}
+
+// Under the record's lock: probes of 1, 2, 4, ... samples up to a quarter of the batch (two
+// chunks each, as a chunked run holds its sums; about one step's work in all), and the
+// line through the two largest, raised until no probe exceeds it. Peaks grow faster with
+// larger chunks (another op's memory takes over), so the largest probes set the slope.
+void Estimator::fit() {
+  GraphRecord& r = *record_;
+  for (int64_t samples = 1; samples == 1 || samples <= a_.batch / 4; samples *= 2) {
+    if (!a_.splits(samples)) break;
+    try {
+      r.probes[samples] = probe(root_, a_, mode_, samples, 2, room_);
+    } catch (...) {
+      const std::exception_ptr e = std::current_exception();
+      r.probe_failure = reason(e);
+      r.probes.clear();
+      r.probed = !is_out_of_memory(e);  // no room now: try again in a later plan
+      return;
+    }
+    r.probed = true;
+  }
+  if (r.probes.empty()) return;
+  double slope = 0;
+  if (r.probes.size() >= 2) {
+    const auto last = std::prev(r.probes.end()), before = std::prev(last);
+    slope = std::max(0.0, (static_cast<double>(last->second) - static_cast<double>(before->second)) /
+                              static_cast<double>(last->first - before->first));
+  } else {  // one probe (a batch of 2 to 7): proportional to it
+    const auto& [c, m] = *r.probes.begin();
+    slope = static_cast<double>(m) / static_cast<double>(c);
+  }
+  double intercept = 0;
+  for (const auto& [c, m] : r.probes) intercept = std::max(intercept, static_cast<double>(m) - slope * static_cast<double>(c));
+  r.slope = slope;
+  r.intercept = intercept;
+}
+
+uint64_t Estimator::extra(int64_t chunk) {
+  chunk = normalized(chunk);
+  const int64_t samples = chunk < 0 ? a_.batch : chunk;
+  GraphRecord& r = *record_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  uint64_t bytes = 0;
+  if (simulated(chunk, kSimulatedChunks, &bytes)) {
+    if (!r.probed) calibrate();
+    bytes += r.calibration;
+    if (!r.calibration_probes.empty()) {
+      const int64_t largest = std::prev(r.calibration_probes.end())->first;
+      if (samples > largest)
+        bytes += static_cast<uint64_t>(r.calibration_slope * static_cast<double>(samples - largest));
+    }
+  } else {
+    if (!r.probed) fit();
+    if (!r.probes.empty())
+      bytes = static_cast<uint64_t>(std::ceil(r.intercept + r.slope * static_cast<double>(samples)));
+    else
+      bytes = coarse_estimate(a_, mode_, chunk);
+  }
+  bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
+  const int64_t key = chunk < 0 ? a_.batch : chunk;
+  for (const auto& [c, seen] : r.observed)
+    if (c <= key || key < 0) bytes = std::max(bytes, seen);
+  return bytes;
+}
+
+std::string Estimator::simulation_failure() {
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  return record_->simulation_failure;
+}
+
+std::string Estimator::source() {
+  GraphRecord& r = *record_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::ostringstream os;
+  if (r.simulation_failure.empty()) {
+    os << "simulated on meta tensors";
+    if (!r.calibration_probes.empty()) {
+      os << ", calibrated by real probes of";
+      for (const auto& [c, d] : r.calibration_probes) os << " " << c;
+      os << " samples (+" << human(r.calibration);
+      if (r.calibration_slope > 0) os << " and " << human(static_cast<uint64_t>(r.calibration_slope)) << " a sample";
+      os << " beyond the simulation)";
+    }
+    else if (!r.probe_failure.empty())
+      os << ", not calibrated (the probe failed: " << r.probe_failure << ")";
+    else
+      os << ", not calibrated (no lazy batch to probe with)";
+  } else if (!r.probes.empty()) {
+    os << "measured on real probes of";
+    for (const auto& [c, m] : r.probes) os << " " << c;
+    os << " samples and fitted (" << human(static_cast<uint64_t>(r.intercept)) << " + "
+       << human(static_cast<uint64_t>(r.slope)) << " a sample), as simulating the graph on meta tensors failed: "
+       << r.simulation_failure;
+  } else {
+    os << "a coarse estimate: simulating the graph on meta tensors failed: " << r.simulation_failure;
+    if (!r.probe_failure.empty()) os << "; probing failed: " << r.probe_failure;
+  }
+  if (!r.observed.empty()) os << "; never below the peaks of earlier runs of this graph";
+  return os.str();
+}
+
+void Estimator::record_run(int64_t chunk, uint64_t bytes) {
+  chunk = normalized(chunk);
+  const int64_t key = chunk < 0 ? a_.batch : chunk;
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  uint64_t& seen = record_->observed[key];
+  seen = std::max(seen, bytes);
+}
+
+namespace testing {
+void set_simulation_fails(bool fails) {
+  simulation_fails.store(fails);
+  forget_graph_records();  // what was simulated (or failed to be) before no longer holds
+}
+uint64_t probes_run() { return probe_count.load(); }
+uint64_t simulations_run() { return simulation_count.load(); }
+void set_estimate_scale(double scale) { estimate_scale.store(scale); }
+}  // namespace testing
+
+}  // namespace koila

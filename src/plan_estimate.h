@@ -1,0 +1,79 @@
+// Estimates of the bytes a run of a graph takes beyond what is in use when it starts, for
+// a chunk size, and where each figure came from:
+//   - simulated: the run's own chunk strategy (chunked_run.h) executed on meta tensors of
+//     the chunk's size, first two chunks, while a counting allocator follows every
+//     allocation. Nothing is computed.
+//   - calibrated: plus what real probes (the first chunk of 2 and of 4 samples, gradients
+//     dropped, random state restored, state such as running statistics on copies) took
+//     beyond the simulation of the same chunks: workspaces, reordered weights and im2col
+//     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. The most
+//     the probes showed is added to every figure, and for chunks beyond the probes' also
+//     the growth from 2 to 4 samples, a sample.
+//   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
+//     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
+//     the largest two, raised until no probe exceeds it.
+//   - coarse: when neither can run (no lazy batch to probe with): every result held at
+//     once, three times over for training; errs high.
+//   - observed: never below what an earlier planned run of the same graph structure
+//     measured with the same or a smaller chunk (runs that ran out of memory count too).
+// All of it is memoised per graph structure (plan_memo.h): a graph rebuilt every step is
+// simulated and probed once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "plan_analysis.h"
+#include "plan_memo.h"
+
+namespace koila {
+
+// Fraction of an estimate kept free on top of it, for what neither the simulation nor the
+// calibration probe shows (allocator rounding, a kernel choosing another algorithm).
+constexpr double kMargin = 0.10;
+
+class Estimator {
+ public:
+  Estimator(const NodePtr& root, const Analysis& a, Mode mode);
+
+  // The bytes free for a probe now (default: no limit). Probes that would not fit in it
+  // (with the margin) are put off to a later plan: a plan that refuses runs nothing.
+  void set_room(uint64_t bytes) { room_ = bytes; }
+
+  // Estimated extra bytes of a run in chunks of `chunk` samples (-1: unsplit).
+  uint64_t extra(int64_t chunk);
+
+  // Where the figures came from, for the plan's description.
+  std::string source();
+  // Non-empty when the simulation failed (why).
+  std::string simulation_failure();
+
+  // A planned run in chunks of `chunk` took `bytes` beyond what was in use (or, when it
+  // ran out of memory, needed more than `bytes`).
+  void record_run(int64_t chunk, uint64_t bytes);
+
+ private:
+  int64_t normalized(int64_t chunk) const;
+  bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes);
+  void calibrate();
+  void fit();
+
+  const NodePtr& root_;
+  const Analysis& a_;
+  Mode mode_;
+  std::shared_ptr<GraphRecord> record_;
+  uint64_t room_ = UINT64_MAX;
+};
+
+namespace testing {
+// Multiplies every simulated, calibrated, measured or coarse figure, not what runs observed
+// (to provoke real out-of-memory errors, and to see runs correct estimates); 1 by default.
+void set_estimate_scale(double scale);
+// Makes the simulation fail, as it would for an op without meta kernels.
+void set_simulation_fails(bool fails);
+// Real probes and simulations run so far (all graphs).
+uint64_t probes_run();
+uint64_t simulations_run();
+}  // namespace testing
+
+}  // namespace koila

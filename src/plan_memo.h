@@ -1,0 +1,56 @@
+// What the planner remembers about a graph. Two levels:
+//   - per root node (PlanCache): its analysis, which points into the graph;
+//   - per graph structure (GraphRecord): estimates, probe measurements and the peaks of
+//     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
+//     devices, batch dims and gradient flags), so that a graph rebuilt every step is
+//     simulated and probed once, not every step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "graph.h"
+#include "plan_analysis.h"
+
+namespace koila {
+
+struct PlanCache {
+  std::unique_ptr<Analysis> analysis[2];
+};
+
+struct GraphRecord {
+  // Held while a plan consults or fills the record: plans of one structure on several
+  // threads simulate and probe it once.
+  std::mutex mutex;
+  std::map<std::pair<int64_t, int64_t>, uint64_t> simulated;  // (chunk, max chunks) -> extra bytes
+  std::string simulation_failure;  // non-empty: the simulation failed (why)
+  bool probed = false;             // calibration (or the fit) done or tried
+  std::string probe_failure;       // non-empty: the probes failed (why)
+  // Calibration probes: samples -> bytes the probe took beyond the simulation (or less).
+  std::map<int64_t, int64_t> calibration_probes;
+  // What is added to a simulated figure for a chunk c: `calibration` bytes, and
+  // `calibration_slope` bytes a sample beyond the largest probe (temporaries that grow
+  // with the chunk, such as im2col buffers of convolutions oneDNN does not take).
+  uint64_t calibration = 0;
+  double calibration_slope = 0;
+  std::map<int64_t, uint64_t> probes;  // the fit's probes: chunk -> measured extra bytes
+  double intercept = 0, slope = 0;     // the fit: extra = intercept + slope * chunk
+  std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured
+};
+
+// The record for the structure of `root` in `mode` (with the gradient flags its leaves
+// have now). Records of structures not planned for a long time are forgotten (at most
+// kMaxRecords are kept).
+std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, Mode mode);
+
+constexpr size_t kMaxRecords = 512;
+
+namespace testing {
+// Forgets every graph record (tests that count probes or simulations start clean).
+void forget_graph_records();
+}  // namespace testing
+
+}  // namespace koila
