@@ -70,6 +70,17 @@ void in_place_meta(const c10::OperatorHandle&, Stack* stack) {
   finish(stack, N, {self});
 }
 
+// roll(self, shifts, dims): with several dims LibTorch rolls one dim at a time, holding each
+// intermediate result while the next is made (Swin's shifted windows roll two).
+void roll_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 3);
+  const at::Tensor self = a[0].toTensor();
+  at::Tensor intermediate;
+  if (ints(a[2]).size() > 1) intermediate = meta_like(self.sizes(), self);
+  const at::Tensor result = meta_like(self.sizes(), self);
+  finish(stack, 3, {result});
+}
+
 // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
 void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 9);
@@ -373,6 +384,7 @@ void register_all() {
     at::hardswish_(t);
   });
   fill_in<same_shape_meta<2>>("hardswish_backward", [] { at::hardswish_backward(m({2}), m({2})); });
+  fill_in<roll_meta>("roll", [] { at::roll(m({2, 3}), {1}, {1}); });
   fill_in<convolution_meta>("convolution", [] { at::conv1d(m({1, 1, 4}), m({1, 1, 2})); });
   fill_in<native_batch_norm_meta>("native_batch_norm", [] {
     at::native_batch_norm(m({2, 3}), m({3}), m({3}), m({3}), m({3}), false, 0.1, 1e-5);

@@ -420,7 +420,27 @@ std::string torch_complaint(const std::exception& e) {
   if (because != std::string::npos) text.erase(because + 1);
   const std::string marker = "<--- HERE\n";
   const size_t here = text.rfind(marker);
-  if (here != std::string::npos) text.erase(0, here + marker.size());
+  if (here != std::string::npos) {
+    text.erase(0, here + marker.size());
+    // Source lines of the innermost frame may follow the marker; the error is the first
+    // line that names one ("RuntimeError: ...").
+    size_t line = 0;
+    while (line < text.size()) {
+      const size_t end = text.find('\n', line);
+      const std::string head = text.substr(line, end == std::string::npos ? std::string::npos : end - line);
+      const size_t colon = head.find(": ");
+      const std::string name = colon == std::string::npos ? std::string() : head.substr(0, colon);
+      const bool names_error = !name.empty() && name.find(' ') == std::string::npos &&
+                               (name.size() >= 5 && (name.compare(name.size() - 5, 5, "Error") == 0 ||
+                                                     name.find("Exception") != std::string::npos));
+      if (names_error) {
+        text.erase(0, line);
+        break;
+      }
+      if (end == std::string::npos) break;
+      line = end + 1;
+    }
+  }
   const size_t start = text.find_first_not_of(" \n");
   text = start == std::string::npos ? std::string() : text.substr(start);
   for (const char* prefix : {"RuntimeError: ", "Exception: ", "builtins.RuntimeError: "})

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "chunked_run.h"
 #include "error.h"
@@ -24,7 +25,12 @@ std::atomic<double> estimate_scale{1.0};
 
 constexpr int64_t kSimulatedChunks = 2;  // the first chunk allocates the sums, the second adds into them
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+// The first line, without a closing period (the description adds its own).
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  while (!line.empty() && (line.back() == '.' || line.back() == ' ')) line.pop_back();
+  return line;
+}
 
 std::string reason(const std::exception_ptr& e) {
   try {
@@ -39,21 +45,31 @@ std::string reason(const std::exception_ptr& e) {
 }
 
 // Meta stand-ins for the graph's concrete tensors, made before counting starts (they exist
-// already); the same tensor used twice gets the same stand-in.
+// already); the same tensor used twice gets the same stand-in. For training, a stand-in has
+// a meta .grad where the real tensor has a .grad (a backward adds into it in place; one
+// that is not all zeros is snapshotted), and those known all-zero are noted.
 struct MetaLeaves {
   std::unordered_map<const c10::TensorImpl*, at::Tensor> by_impl;
+  std::unordered_set<const c10::TensorImpl*> zero_grads;  // stand-ins
 
-  explicit MetaLeaves(const std::vector<const Node*>& nodes) {
+  MetaLeaves(const std::vector<const Node*>& nodes, Mode mode) {
     for (const Node* node : nodes) {
       if (node->kind == NodeKind::Op) continue;
       const at::Tensor& real = node->value;
       if (by_impl.count(real.unsafeGetTensorImpl())) continue;
       at::Tensor stand_in = at::empty_strided(real.sizes(), real.strides(), real.options().device(at::kMeta));
       if (real.requires_grad()) stand_in.requires_grad_(true);
+      const GradStart start = mode == Mode::Training ? grad_start(real) : GradStart::Absent;
+      if (start != GradStart::Absent) {
+        const at::Tensor& g = real.grad();
+        stand_in.mutable_grad() = at::empty_strided(g.sizes(), g.strides(), g.options().device(at::kMeta));
+        if (start == GradStart::Zero) zero_grads.insert(stand_in.unsafeGetTensorImpl());
+      }
       by_impl.emplace(real.unsafeGetTensorImpl(), stand_in);
     }
   }
   at::Tensor operator()(const Node& node) const { return by_impl.at(node.value.unsafeGetTensorImpl()); }
+  bool grad_is_zero(const at::Tensor& stand_in) const { return zero_grads.count(stand_in.unsafeGetTensorImpl()) > 0; }
 };
 
 void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun& run) {
@@ -68,11 +84,12 @@ void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun&
 uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
-  const MetaLeaves leaves(a.nodes);
+  const MetaLeaves leaves(a.nodes, mode);
   ChunkRun run;
   run.chunk = chunk;
   run.max_chunks = max_chunks;
   run.leaf = [&leaves](const Node& node) { return leaves(node); };
+  run.grad_is_zero = [&leaves](const at::Tensor& stand_in) { return leaves.grad_is_zero(stand_in); };
   run.meta = true;
   MetaAllocationScope scope;
   run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
