@@ -98,22 +98,119 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
                                      "(see koila_tensor_set_requires_grad)");
 }
 
-// Gradients by leaf, summed over the pieces a backward is computed in.
-struct GradientSum {
-  Tensors leaves, grads;
-  std::unordered_map<const c10::TensorImpl*, size_t> index;
-  void add(const Tensors& ls, const Tensors& gs) {
-    for (size_t i = 0; i < ls.size(); ++i) {
-      if (!gs[i].defined()) continue;
-      auto [it, fresh] = index.emplace(ls[i].unsafeGetTensorImpl(), leaves.size());
-      if (fresh) {
-        leaves.push_back(ls[i]);
-        grads.push_back(owned_gradient(gs[i], ls[i]));  // later chunks add into it in place
-      } else {
-        grads[it->second].add_(gs[i]);
+// Where a chunked backward's gradients go, and how it is undone. Gradients are added into
+// .grad as they come (chunk by chunk, each as autograd has it), so the run holds no second
+// copy of them; before the first addition into a leaf's .grad, how it stood is noted:
+// absent and all-zero gradients are restored as such, any other is snapshotted (in host
+// memory when the device is not the CPU) and zeroed, this call's sum added to it at the
+// end. Until finish(), destruction (a failure) restores every .grad.
+// Probes (run.commit false) never touch .grad: they hold what the real run would hold (the
+// gradients of leaves without .grad, the snapshots) and drop the rest.
+class GradientTarget {
+ public:
+  GradientTarget(const ChunkRun& run, const c10::Device& device) : run_(run), host_(device.type() != c10::kCPU) {}
+  GradientTarget(const GradientTarget&) = delete;
+  GradientTarget& operator=(const GradientTarget&) = delete;
+  ~GradientTarget() {
+    if (finished_ || !run_.commit) return;
+    try {
+      for (Entry& e : entries_) {
+        at::Tensor& grad = grad_of(e);
+        switch (e.start) {
+          case GradStart::Absent: grad = at::Tensor(); break;
+          case GradStart::Zero: if (grad.defined()) grad.zero_(); break;
+          case GradStart::Held: if (e.saved.defined()) grad.copy_(e.saved); break;
+        }
       }
+    } catch (...) {
+      // Restoring allocates nothing; nothing to add to the error being reported.
     }
   }
+
+  bool any_leaves() const { return !entries_.empty(); }
+
+  // Gradients computed elsewhere (the tail after the boundaries): added into .grad.
+  void add(const Tensors& leaves, const Tensors& grads) {
+    prepare(leaves);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      Entry& e = entries_[index_.at(leaves[i].unsafeGetTensorImpl())];
+      if (!run_.commit && e.start != GradStart::Absent) continue;  // a probe: dropped
+      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      if (grad.defined())
+        grad.add_(grads[i]);
+      else
+        grad = owned_gradient(grads[i], leaves[i]);  // later chunks add into it in place
+    }
+  }
+
+  // Backward from `outputs` into the leaves' .grad.
+  void backward(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain) {
+    if (!run_.commit) {
+      add(leaves, gradients(outputs, grad_outputs, leaves, retain));
+      return;
+    }
+    prepare(leaves);
+    accumulate_gradients(outputs, grad_outputs, leaves, retain);
+  }
+
+  // The end: divides this call's sums by `divisor` (> 0: a mean whose total was known only
+  // after the last chunk) and adds the snapshots back.
+  void finish(double divisor) {
+    for (Entry& e : entries_) {
+      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      if (!grad.defined()) continue;
+      if (divisor > 0) grad.div_(divisor);
+      if (!run_.commit || e.start != GradStart::Held) continue;
+      if (!e.saved.defined())  // a simulation of a snapshot in host memory: its copy back
+        grad.add_(at::empty_like(grad));
+      else
+        grad.add_(e.saved.device() == grad.device() ? e.saved : e.saved.to(grad.device()));
+    }
+    finished_ = true;
+  }
+
+ private:
+  struct Entry {
+    at::Tensor leaf;
+    GradStart start = GradStart::Absent;
+    at::Tensor saved;  // the .grad before the call (GradStart::Held)
+    at::Tensor held;   // a probe's stand-in for the .grad it does not touch
+  };
+
+  static at::Tensor& grad_of(Entry& e) { return const_cast<at::Tensor&>(e.leaf).mutable_grad(); }
+
+  // Notes how the .grad of leaves not seen before stands, before anything is added to it.
+  void prepare(const Tensors& leaves) {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& leaf : leaves) {
+      if (index_.count(leaf.unsafeGetTensorImpl())) continue;
+      Entry e;
+      e.leaf = leaf;
+      const at::Tensor& grad = leaf.grad();
+      if (run_.meta)
+        e.start = !grad.defined() ? GradStart::Absent
+                  : run_.grad_is_zero && run_.grad_is_zero(leaf) ? GradStart::Zero
+                                                                 : GradStart::Held;
+      else
+        e.start = grad_start(leaf);
+      if (e.start == GradStart::Held) {
+        if (!host_)
+          e.saved = grad.clone();
+        else if (!run_.meta)  // host memory: not the device's (a simulation holds nothing)
+          e.saved = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      }
+      index_.emplace(leaf.unsafeGetTensorImpl(), entries_.size());
+      entries_.push_back(std::move(e));
+      if (run_.commit && entries_.back().start == GradStart::Held) grad_of(entries_.back()).zero_();
+    }
+  }
+
+  const ChunkRun& run_;
+  const bool host_;
+  std::vector<Entry> entries_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_;
+  bool finished_ = false;
 };
 
 void finish(const ChunkRun& run, const Tensors& leaves, const Tensors& grads) {
@@ -154,12 +251,12 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     finish(run, leaves, gradients({value}, {}, leaves, retain));
     return;
   }
-  at::NoGradGuard outside;  // the sums below are not part of any graph
+  at::NoGradGuard outside;  // the additions below are not part of any graph
   const size_t n = a.boundaries.size();
   // d loss / d boundary, and the gradients the rest of the graph contributes directly.
   Tensors upstream(n);
   std::vector<double> totals(n, 0);
-  GradientSum sum;
+  GradientTarget target(run, root->meta.device);
   if (!a.root_is_boundary) {
     const Tensors combined = combine_boundaries(a, run, &totals);
     std::unordered_map<const Node*, at::Tensor> given;
@@ -190,7 +287,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
         param_grads.push_back(grads[i]);
       }
     }
-    sum.add(params, param_grads);
+    target.add(params, param_grads);
   }
 
   ChunkCounts counts(a.boundaries);
@@ -227,15 +324,14 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       leaves = autograd_leaves(values);
       leaves_known = std::any_of(values.begin(), values.end(), [](const at::Tensor& v) { return v.defined(); });
     }
-    sum.add(leaves, gradients(values, grad_outputs, leaves, retain));
+    target.backward(values, grad_outputs, leaves, retain);
   });
-  if (a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean && weights_total[0] > 0)
-    for (at::Tensor& g : sum.grads) g.div_(weights_total[0]);
-  if (sum.leaves.empty()) {
+  if (!target.any_leaves()) {
     if (leaves_known) no_leaves();
     return;  // every chunk averaged over nothing (e.g. all targets ignored): nothing to add
   }
-  finish(run, sum.leaves, sum.grads);
+  const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
+  target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0);
 }
 
 }  // namespace koila

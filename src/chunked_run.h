@@ -22,13 +22,19 @@ struct ChunkRun {
   // the counts a mean averaged over are not read (their values do not exist).
   bool meta = false;
   bool commit = true;  // add the gradients into .grad; false: compute and drop them
+  // In a simulation: whether the real tensor behind a stand-in has an all-zero .grad (the
+  // stand-in has a meta .grad when the real one has a .grad). Unset: none is known zero.
+  std::function<bool(const at::Tensor&)> grad_is_zero;
 };
 
 // The value of `root`, chunked along the batch as `run` says. Records no autograd.
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run);
 
-// Backward from the one-element `loss`, chunked as `run` says. Gradients are added into
-// .grad only once all of them have been computed: a failure leaves every .grad as it was.
+// Backward from the one-element `loss`, chunked as `run` says. Each chunk's gradients are
+// added into .grad as autograd computes them (no second copy of the gradients is kept);
+// a failure midway puts every .grad back as it was: absent or all-zero .grad are restored
+// as such, any other .grad from a snapshot taken before the first chunk (in host memory
+// when the device is not the CPU).
 void backward_chunks(const NodePtr& loss, const Analysis& a, const ChunkRun& run);
 
 }  // namespace koila

@@ -194,6 +194,35 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
   }
 }
 
+void accumulate_gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
+                          bool retain_graph) {
+  Tensors outs, gos;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
+    outs.push_back(outputs[i]);
+    gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
+  }
+  if (outs.empty() || leaves.empty()) return;  // (no inputs would mean every leaf)
+  try {
+    torch::autograd::backward(outs, gos, retain_graph, /*create_graph=*/false, leaves);
+  } catch (...) {
+    release_failed_backward();
+    throw;
+  }
+}
+
+GradStart grad_start(const at::Tensor& t) {
+  if (!t.defined() || !t.requires_grad() || !t.is_leaf()) return GradStart::Absent;
+  const at::Tensor& g = t.grad();
+  if (!g.defined()) return GradStart::Absent;
+  if (g.layout() != at::kStrided || g.is_meta() || g.is_complex()) return GradStart::Held;
+  if (g.numel() == 0) return GradStart::Zero;
+  // Its least and largest elements, into two scalars (any() would first copy it to bools).
+  at::NoGradGuard no_grad;
+  const auto [lo, hi] = at::aminmax(g);
+  return lo.item<double>() == 0 && hi.item<double>() == 0 ? GradStart::Zero : GradStart::Held;
+}
+
 bool reaches_eager_history(const std::vector<const Node*>& nodes) {
   return std::any_of(nodes.begin(), nodes.end(), [](const Node* node) {
     return node->kind != NodeKind::Op && node->value.defined() && node->value.grad_fn() != nullptr;

@@ -60,6 +60,18 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
 // keeps the peak low.
 bool reaches_eager_history(const std::vector<const Node*>& nodes);
 
+// Backward from `outputs` (weighted by grad_outputs, as for gradients()) that adds into the
+// .grad of `leaves` and of nothing else, each gradient as soon as autograd has it (the
+// chunk's gradients are never all held at once). A failed backward releases at once what
+// LibTorch would hold; the .grad it reached are left as they are (the caller restores them).
+void accumulate_gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
+                          bool retain_graph = false);
+
+// How a tensor's .grad stands before a backward: absent, all zeros (as zero_grad leaves it),
+// or holding anything else (also when that cannot be read: meta or sparse gradients).
+enum class GradStart { Absent, Zero, Held };
+GradStart grad_start(const at::Tensor& t);
+
 // A gradient that may be kept and added into in place: `grad` itself when it owns dense
 // memory laid out like `leaf`, else a dense copy. Autograd often hands back views instead
 // (an expanded ones for a sum, whose elements share one location; a slice of a buffer).

@@ -23,7 +23,7 @@ std::atomic<uint64_t> probe_count{0};
 std::atomic<uint64_t> simulation_count{0};
 std::atomic<double> estimate_scale{1.0};
 
-constexpr int64_t kSimulatedChunks = 2;  // the first chunk allocates the sums, the second adds into them
+constexpr int64_t kSimulatedChunks = 2;  // the first chunk creates absent .grad, the second adds into them
 
 // The first line, without a closing period (the description adds its own).
 std::string first_line(const std::string& s) {
@@ -228,9 +228,10 @@ void Estimator::calibrate() {
 }
 
 // Under the record's lock: probes of 1, 2, 4, ... samples up to a quarter of the batch (two
-// chunks each, as a chunked run holds its sums; about one step's work in all), and the
-// line through the two largest, raised until no probe exceeds it. Peaks grow faster with
-// larger chunks (another op's memory takes over), so the largest probes set the slope.
+// chunks each, as a chunked run adds into what the first created; about one step's work in
+// all), and the line through the two largest, raised until no probe exceeds it. Peaks grow
+// faster with larger chunks (another op's memory takes over), so the largest probes set
+// the slope.
 void Estimator::fit() {
   GraphRecord& r = *record_;
   for (int64_t samples = 1; samples == 1 || samples <= a_.batch / 4; samples *= 2) {

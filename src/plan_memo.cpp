@@ -3,6 +3,8 @@
 #include <list>
 #include <unordered_map>
 
+#include "executor.h"
+
 namespace koila {
 namespace {
 
@@ -46,6 +48,8 @@ Key structure_key(const Analysis& a, Mode mode) {
     if (node->kind != NodeKind::Op) {
       key.add(node->value.requires_grad() ? 3 : 4);
       key.add(node->value.is_contiguous() ? 5 : 6);
+      // How its .grad stands: a backward adds into it, or sets it, or snapshots it.
+      if (mode == Mode::Training) key.add(7 + static_cast<uint64_t>(grad_start(node->value)));
     }
     key.add(node->inputs.size());
     for (const NodePtr& in : node->inputs) key.add(in ? position.at(in.get()) + 1 : 0);

@@ -2,8 +2,9 @@
 //   - per root node (PlanCache): its analysis, which points into the graph;
 //   - per graph structure (GraphRecord): estimates, probe measurements and the peaks of
 //     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
-//     devices, batch dims and gradient flags), so that a graph rebuilt every step is
-//     simulated and probed once, not every step.
+//     devices, batch dims, gradient flags and, for training, whether each .grad is absent,
+//     all zeros or neither), so that a graph rebuilt every step is simulated and probed
+//     once, not every step.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +42,8 @@ struct GraphRecord {
   std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured
 };
 
-// The record for the structure of `root` in `mode` (with the gradient flags its leaves
-// have now). Records of structures not planned for a long time are forgotten (at most
+// The record for the structure of `root` in `mode` (with the gradient flags and .grad its
+// leaves have now). Records of structures not planned for a long time are forgotten (at most
 // kMaxRecords are kept).
 std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, Mode mode);
 

@@ -53,8 +53,8 @@ uint64_t estimate_extra(const NodePtr& root, Mode mode, int64_t chunk);
 at::Tensor run_forward(const NodePtr& root, Plan* used = nullptr);
 
 // Backward from a one-element loss, planned and chunked. Gradients add into the .grad of
-// every tensor that requires grad only once all of them have been computed: a failure
-// leaves every gradient as it was.
+// every tensor that requires grad (chunk by chunk when split); a failure, a retry after
+// running out of memory included, leaves every gradient as it was.
 void run_backward(const NodePtr& loss, Plan* used = nullptr);
 
 }  // namespace koila

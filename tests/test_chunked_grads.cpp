@@ -1,0 +1,294 @@
+// Issue 13, item 1: a chunked backward adds each chunk's gradients into .grad as they come,
+// without a second copy of all gradients, and still leaves every .grad as it was when it
+// fails midway (absent, all zeros, or anything else, from a snapshot the plan counts).
+#include <mutex>
+#include <stdexcept>
+
+#include "chunked_run.h"
+#include "helpers.h"
+#include "plan_analysis.h"
+#include "plan_memo.h"
+
+using namespace koila_test;
+
+namespace {
+
+// The MNIST MLP, 784 -> 512 -> 10, over a lazy batch, with its eager twin.
+struct MnistMlp {
+  std::vector<at::Tensor> params;
+  std::vector<Handle> handles;
+  at::Tensor xs, ys;
+  Handle x, y, loss;
+
+  explicit MnistMlp(int64_t batch, uint64_t seed = 13) {
+    at::manual_seed(static_cast<int64_t>(seed));
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{512, 784}, {512}, {10, 512}, {10}}) {
+      params.push_back((at::randn(shape) * 0.03).set_requires_grad(true));
+      handles.push_back(koila_models::share(params.back()));
+    }
+    xs = at::randn({batch, 784});
+    ys = at::randint(10, {batch}, at::kLong);
+    x = koila_models::lazy(xs, 0);
+    y = koila_models::lazy(ys, 0);
+    Handle h = CALL(koila_linear, x.get(), handles[0].get(), handles[1].get());
+    h = CALL(koila_relu, h.get());
+    h = CALL(koila_linear, h.get(), handles[2].get(), handles[3].get());
+    loss = CALL(koila_cross_entropy, h.get(), y.get(), KOILA_REDUCTION_MEAN);
+  }
+
+  // PyTorch's gradients of the loss (the .grad are left absent).
+  std::vector<at::Tensor> eager_grads() const {
+    set_grads_absent();
+    at::cross_entropy_loss(at::linear(at::relu(at::linear(xs, params[0], params[1])), params[2], params[3]), ys)
+        .backward();
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params) g.push_back(p.grad().clone());
+    set_grads_absent();
+    return g;
+  }
+  void set_grads_absent() const {
+    for (const at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+  }
+  void set_grads_zero() const {
+    for (const at::Tensor& p : params) p.mutable_grad() = at::zeros_like(p);
+  }
+  void set_grads(const std::vector<at::Tensor>& g) const {
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
+  }
+  // The three ways a .grad can stand before a backward: 0 absent, 1 zero, 2 holding `held`.
+  const char* set_grad_state(int state, const std::vector<at::Tensor>& held) const {
+    if (state == 0) set_grads_absent();
+    if (state == 1) set_grads_zero();
+    if (state == 2) set_grads(held);
+    return state == 0 ? "absent" : state == 1 ? "zero" : "held";
+  }
+  uint64_t grad_bytes() const {
+    uint64_t b = 0;
+    for (const at::Tensor& p : params) b += p.numel() * p.element_size();
+    return b;
+  }
+  uint64_t largest_grad_bytes() const {
+    uint64_t b = 0;
+    for (const at::Tensor& p : params) b = std::max<uint64_t>(b, p.numel() * p.element_size());
+    return b;
+  }
+  // Copies of the .grad (undefined where absent).
+  std::vector<at::Tensor> grads() const {
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    return g;
+  }
+};
+
+void expect_grads(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << what << ": gradient " << i << " absent";
+    const double scale = want[i].abs().max().item<double>();
+    const double diff = (got[i] - want[i]).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-4 * scale + 1e-6) << what << ": gradient " << i << " differs by " << diff;
+  }
+}
+
+// Bit for bit, absent where absent.
+void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].defined(), want[i].defined()) << what << ": gradient " << i;
+    if (want[i].defined()) {
+      EXPECT_TRUE(at::equal(got[i], want[i])) << what << ": gradient " << i << " changed";
+    }
+  }
+}
+
+// Runs koila_backward; returns the measured peak beyond what was in use before.
+uint64_t backward_extra(const koila_tensor* loss) {
+  const uint64_t before = current_cpu();
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  koila_status* s = koila_backward(loss);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  return peak_cpu() - before;
+}
+
+}  // namespace
+
+// The issue's target: the MLP at batch 9 with zeroed gradients (the usual zero_grad ->
+// backward loop) splits under a budget below what it needs unsplit, stays within that
+// budget, and its gradients equal PyTorch's.
+TEST(ChunkedGrads, MnistMlpSplitsUnderABudgetBelowItsUnsplitNeed) {
+  BudgetGuard restore;
+  MnistMlp m(9);
+  const auto expected = m.eager_grads();
+  m.set_grads_zero();
+  const uint64_t unsplit = koila::estimate_extra(m.loss->node, koila::Mode::Training, -1);
+  uint64_t chunked = UINT64_MAX;
+  int64_t chunk = 0;
+  for (int64_t c : {8, 4, 2, 1}) {
+    const uint64_t e = koila::estimate_extra(m.loss->node, koila::Mode::Training, c);
+    if (e < chunked) chunked = e, chunk = c;
+  }
+  ASSERT_LT(chunked, unsplit) << "chunks of " << chunk << " are estimated no smaller than the unsplit run";
+  // A budget below the unsplit run's need (its estimate with the planner's margin) that
+  // fits the chunks.
+  const uint64_t current = current_cpu();
+  const uint64_t budget = current + static_cast<uint64_t>(static_cast<double>(chunked) * (1 + koila::kMargin)) + 1;
+  ASSERT_LT(budget, current + static_cast<uint64_t>(static_cast<double>(unsplit) * (1 + koila::kMargin)));
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  const PlanInfo p = plan_of(m.loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_GT(p.chunks, 1) << p.text;
+  const uint64_t extra = backward_extra(m.loss.get());
+  EXPECT_LE(current + extra, budget) << p.text;
+  expect_grads(m.grads(), expected, "chunked");
+  // The unsplit run, measured: the chunks took less.
+  m.set_grads_zero();
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  const uint64_t unsplit_measured = backward_extra(m.loss.get());
+  EXPECT_LT(extra, unsplit_measured);
+  std::printf("[ mnist mlp, batch 9, zeroed .grad ] unsplit estimated %llu B, measured %llu B; chunks of %lld "
+              "estimated %llu B, measured %llu B (%lld chunks); budget %llu B beyond use\n",
+              static_cast<unsigned long long>(unsplit), static_cast<unsigned long long>(unsplit_measured),
+              static_cast<long long>(chunk), static_cast<unsigned long long>(chunked),
+              static_cast<unsigned long long>(extra), static_cast<long long>(p.chunks),
+              static_cast<unsigned long long>(budget - current));
+}
+
+// Measured: a chunked backward holds at most the largest single gradient beyond what the
+// unsplit one holds besides the gradients (zeroed .grad), or beyond what the unsplit one
+// holds (absent .grad: both create them).
+TEST(ChunkedGrads, ChunkedPeakHoldsAtMostTheLargestGradientMore) {
+  MnistMlp m(64, 5);
+  const auto expected = m.eager_grads();
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  for (bool zeroed : {true, false}) {
+    SCOPED_TRACE(zeroed ? "zeroed .grad" : "absent .grad");
+    uint64_t extra[2] = {0, 0};
+    for (int64_t chunk : {int64_t{-1}, int64_t{16}}) {
+      zeroed ? m.set_grads_zero() : m.set_grads_absent();
+      const uint64_t before = current_cpu();
+      koila_status_free(koila_memory_reset_peak("cpu"));
+      koila::ChunkRun run;
+      run.chunk = chunk;
+      koila::backward_chunks(m.loss->node, a, run);
+      extra[chunk > 0] = peak_cpu() - before;
+      expect_grads(m.grads(), expected, chunk > 0 ? "chunked" : "unsplit");
+    }
+    const uint64_t unsplit = extra[0], chunked = extra[1];
+    const uint64_t bound = (zeroed ? unsplit - m.grad_bytes() : unsplit) + m.largest_grad_bytes();
+    EXPECT_LE(chunked, bound) << "unsplit " << unsplit << ", gradients " << m.grad_bytes() << ", largest "
+                              << m.largest_grad_bytes();
+    std::printf("[ mnist mlp, batch 64, %s .grad ] unsplit %llu B, chunks of 16 %llu B, bound %llu B\n",
+                zeroed ? "zeroed" : "absent", static_cast<unsigned long long>(unsplit),
+                static_cast<unsigned long long>(chunked), static_cast<unsigned long long>(bound));
+  }
+}
+
+// The simulation counts the .grad a backward creates (absent before) and the snapshot it
+// keeps of gradients that are neither absent nor zero, and neither for zeroed ones.
+TEST(ChunkedGrads, TheSimulationCountsCreatedGradientsAndSnapshots) {
+  MnistMlp m(64, 6);
+  auto simulated = [&] {
+    koila::estimate_extra(m.loss->node, koila::Mode::Training, 16);
+    const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+    auto record = koila::graph_record(m.loss->node, a, koila::Mode::Training);
+    std::lock_guard<std::mutex> lock(record->mutex);
+    return record->simulated.at({16, 2});
+  };
+  m.set_grads_absent();
+  const uint64_t absent = simulated();
+  m.set_grads_zero();
+  const uint64_t zeroed = simulated();
+  m.set_grads(m.eager_grads());
+  const uint64_t held = simulated();
+  EXPECT_GE(absent, zeroed + m.grad_bytes()) << "absent .grad are created";
+  EXPECT_GE(held, zeroed + m.grad_bytes()) << "held .grad are snapshotted";
+  EXPECT_LE(zeroed, m.largest_grad_bytes() + m.grad_bytes() / 4) << "zeroed .grad are added into";
+}
+
+// A failure midway (after the first chunks added into .grad) leaves every .grad exactly as
+// it was: absent, zero, or held (restored from the snapshot, in the same tensor).
+TEST(ChunkedGrads, AFailureMidwayLeavesEveryGradAsItWas) {
+  MnistMlp m(9, 7);
+  const auto expected = m.eager_grads();
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  for (int state = 0; state < 3; ++state) {
+    SCOPED_TRACE(m.set_grad_state(state, expected));
+    const auto before = m.grads();
+    std::vector<const void*> storages;
+    for (const at::Tensor& p : m.params) storages.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
+    // Chunks of 2: five chunks; the leaves are read once a chunk, the fourth chunk fails.
+    int reads = 0;
+    koila::ChunkRun run;
+    run.chunk = 2;
+    run.leaf = [&](const koila::Node& node) {
+      if (++reads > 3 * 6 + 2) throw std::runtime_error("fails in the fourth chunk");
+      return node.value;
+    };
+    EXPECT_THROW(koila::backward_chunks(m.loss->node, a, run), std::runtime_error);
+    EXPECT_GT(reads, 3 * 6) << "the first chunks ran";
+    expect_same(m.grads(), before, "after the failure");
+    for (size_t i = 0; i < m.params.size(); ++i)
+      EXPECT_TRUE(!storages[i] || m.params[i].grad().data_ptr() == storages[i]) << "gradient " << i << " replaced";
+    // And the same call without the failure adds the gradients.
+    run.leaf = nullptr;
+    koila::backward_chunks(m.loss->node, a, run);
+    std::vector<at::Tensor> want;
+    for (const at::Tensor& g : expected) want.push_back(state == 2 ? g * 2 : g);
+    expect_grads(m.grads(), want, "after the run");
+  }
+}
+
+// Through the planner: when no chunk fits for real, every attempt (unsplit, then halved
+// chunks down to one sample) fails, and .grad are as they were before the call.
+TEST(ChunkedGrads, OutOfMemoryAfterEveryRetryLeavesGradsAsTheyWere) {
+  BudgetGuard restore;
+  MnistMlp m(64, 8);
+  const auto expected = m.eager_grads();
+  for (int state = 0; state < 3; ++state) {
+    SCOPED_TRACE(m.set_grad_state(state, expected));
+    const auto before = m.grads();
+    koila::testing::set_estimate_scale(0.01);  // the plan believes it fits
+    koila::testing::set_cpu_limit(current_cpu() + m.largest_grad_bytes() * 3 / 4);
+    koila_status* s = koila_backward(m.loss.get());
+    koila::testing::set_cpu_limit(0);
+    koila::testing::set_estimate_scale(1.0);
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+    koila_status_free(s);
+    expect_same(m.grads(), before, "after running out of memory");
+  }
+}
+
+// Gradients add into what .grad holds: chunked into zeroed .grad, then planned again (held
+// .grad), then chunked into held .grad (the snapshot path, a mean divided at the end), then
+// a sum loss (nothing divided at the end).
+TEST(ChunkedGrads, ExistingGradientsAccumulate) {
+  BudgetGuard restore;
+  MnistMlp m(24, 9);
+  const auto expected = m.eager_grads();
+  auto times = [&](double k) {
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& e : expected) g.push_back(e * k);
+    return g;
+  };
+  m.set_grads_zero();
+  budget_for_chunk(m.loss.get(), koila::Mode::Training, 8);
+  ASSERT_GT(plan_of(m.loss.get(), KOILA_MODE_TRAINING).chunks, 1);
+  ASSERT_OK(koila_backward(m.loss.get()));
+  expect_grads(m.grads(), expected, "first");
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));  // held .grad: unsplit is cheaper than chunks
+  ASSERT_OK(koila_backward(m.loss.get()));
+  expect_grads(m.grads(), times(2), "second");
+  // In chunks into held .grad (the snapshot path), with a mean divided at the end.
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  koila::ChunkRun run;
+  run.chunk = 8;
+  koila::backward_chunks(m.loss->node, a, run);
+  expect_grads(m.grads(), times(3), "third");
+  // A sum loss: nothing divided at the end.
+  Handle h = CALL(koila_linear, m.x.get(), m.handles[0].get(), m.handles[1].get());
+  h = CALL(koila_relu, h.get());
+  h = CALL(koila_linear, h.get(), m.handles[2].get(), m.handles[3].get());
+  Handle sum = CALL(koila_cross_entropy, h.get(), m.y.get(), KOILA_REDUCTION_SUM);
+  koila::backward_chunks(sum->node, koila::analysis_of(sum->node, koila::Mode::Training), run);
+  expect_grads(m.grads(), times(3 + 24), "sum");
+}
