@@ -186,16 +186,38 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* work (parameters, gradients, inputs, activations kept for backward, temporaries, each  */
 /* freed at its last use), and when the whole batch does not fit the device's budget they */
 /* run it in chunks of the largest power of two of samples that fits. Results and         */
-/* gradients equal the unsplit ones (up to floating-point summation order). Dropout in   */
-/* training draws its masks chunk by chunk, so they differ from an unsplit run's masks   */
+/* gradients equal the unsplit ones (up to floating-point summation order). Dropout in    */
+/* training draws its masks chunk by chunk, so they differ from an unsplit run's masks    */
 /* (as two unsplit runs' masks differ).                                                   */
+/*                                                                                        */
+/* Where estimates come from (the plan's description names it): the run's own chunk       */
+/* strategy simulated on meta tensors, nothing computed; calibrated by real probes of     */
+/* the first chunk of 2 and 4 samples (1 or 2 for batches under 8), which catch what      */
+/* backends allocate beyond the simulation (oneDNN, cuDNN, cuBLAS workspaces). When the   */
+/* simulation fails (an op without a meta kernel) the figures are measured instead:       */
+/* real probes of 1, 2, 4, ... samples up to a quarter of the batch, and a line none of   */
+/* them exceeds. Probes drop their gradients (.grad never changes), run on copies of      */
+/* state an op changes in place (running statistics), restore the random generator, and   */
+/* stay within the budget (a plan that refuses runs nothing). Every planned run records   */
+/* its measured peak, and later plans of the same graph never use less.                   */
+/* Cost, once per graph structure and mode (same ops, shapes, dtypes, devices and grad    */
+/* flags; the last 512 structures are remembered, so a graph rebuilt every step costs it  */
+/* once): a few simulations and at most about one step's work in probes (6 samples when   */
+/* calibrating; when measuring, under one batch).                                         */
 /*                                                                                        */
 /* On the CPU the budget is a hard limit during these planned runs: an allocation that    */
 /* would take what tensors hold beyond it fails inside koila, the run rolls back (no      */
 /* gradient has changed) and retries with half the chunk, so the peak stays within the    */
 /* budget even where an estimate fell short. If chunks of one sample still overrun, the   */
-/* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. (On CUDA the budget */
-/* is not yet enforced this way: the planner's estimate alone keeps runs within it.)      */
+/* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. On CUDA (built      */
+/* with it) the caching allocator is capped at the budget during the run and its cache    */
+/* emptied before a retry.                                                                */
+/*                                                                                        */
+/* Threads share a device's budget: a planned run reserves its estimated peak while it    */
+/* runs, and plans made meanwhile count what the running ones reserved and have not yet   */
+/* allocated as in use, so they choose smaller chunks. A run that does not fit beside     */
+/* the others even in chunks of one sample waits until one of them ends, then plans       */
+/* again; it fails only when it does not fit alone.                                       */
 /* ------------------------------------------------------------------------------------ */
 
 /* Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in

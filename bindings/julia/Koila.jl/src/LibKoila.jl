@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 1f98df597eb94ded97304e37a0141bc0e70f4ef0e046d4a24d82542486062fec
+# Header sha256: 4ff52e59bcd0b4995d98f6b673cad62c9b148755960af36f5a3b95d6dc889bc3
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py

@@ -1,0 +1,102 @@
+// Planning cost (issue 12, item 9): a 1001-node graph, 500 x (linear + tanh) at batch 32,
+// and a training step on it, lazy against eager. Prints a table.
+//
+//   first plan     koila_plan_new on the first graph of this structure: analysis, the
+//                  simulations and the calibration probes;
+//   rebuilt plan   koila_plan_new on a graph built again the same way (every training step
+//                  builds its graph anew): the structure's record is found, nothing is
+//                  simulated or probed;
+//   step ratio     (usage: bench_planning [repeats] [width]) a lazy training step (build the graph, koila_backward) against the same
+//                  step computed eagerly with LibTorch, interleaved, median of many.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "bench_common.h"
+
+namespace {
+
+using koila_models::Handle;
+
+constexpr int kLayers = 500, kBatch = 32;
+int kWidth = 32;  // features of every layer (argument 2)
+
+struct Net {
+  std::vector<at::Tensor> w, b;
+  std::vector<Handle> wh, bh;
+  Net() {
+    at::manual_seed(0);
+    for (int i = 0; i < kLayers; ++i) {
+      w.push_back((at::randn({kWidth, kWidth}) / std::sqrt(static_cast<double>(kWidth))).requires_grad_(true));
+      b.push_back(at::zeros({kWidth}).requires_grad_(true));
+      wh.push_back(koila_models::share(w.back()));
+      bh.push_back(koila_models::share(b.back()));
+    }
+  }
+  // 1 input node + 500 x (linear, tanh) = 1001 nodes, then the loss.
+  Handle lazy_loss(const at::Tensor& xs) const {
+    Handle h = koila_models::lazy(xs, 0);
+    for (int i = 0; i < kLayers; ++i) {
+      koila_tensor* out = nullptr;
+      bench::check(koila_linear(&out, h.get(), wh[i].get(), bh[i].get()), "koila_linear");
+      Handle lin(out);
+      bench::check(koila_tanh(&out, lin.get()), "koila_tanh");
+      h = Handle(out);
+    }
+    koila_tensor* loss = nullptr;
+    bench::check(koila_mean(&loss, h.get(), nullptr, 0, 0), "koila_mean");
+    return Handle(loss);
+  }
+  void zero_grad() const {
+    for (const at::Tensor& t : w) t.mutable_grad() = at::Tensor();
+    for (const at::Tensor& t : b) t.mutable_grad() = at::Tensor();
+  }
+};
+
+double plan_seconds(const koila_tensor* loss) {
+  const double start = bench::now_seconds();
+  koila_plan* plan = nullptr;
+  bench::check(koila_plan_new(&plan, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+  const double s = bench::now_seconds() - start;
+  koila_plan_free(plan);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 41;
+  if (argc > 2) kWidth = std::atoi(argv[2]);
+  const Net net;
+  const at::Tensor xs = at::randn({kBatch, kWidth});
+
+  Handle first = net.lazy_loss(xs);
+  const double first_plan = plan_seconds(first.get());
+  std::vector<double> rebuilt;
+  for (int i = 0; i < repeats; ++i) {
+    Handle again = net.lazy_loss(xs);
+    rebuilt.push_back(plan_seconds(again.get()));
+  }
+
+  const auto times = bench::median_times(repeats, {
+      [&] {
+        Handle loss = net.lazy_loss(xs);
+        bench::check(koila_backward(loss.get()), "koila_backward");
+        net.zero_grad();
+      },
+      [&] {
+        at::Tensor h = xs;
+        for (int i = 0; i < kLayers; ++i) h = at::tanh(at::linear(h, net.w[i], net.b[i]));
+        h.mean().backward();
+        net.zero_grad();
+      },
+  });
+
+  std::printf("| graph | first plan | rebuilt plan (median) | lazy step | eager step | lazy / eager |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.3f |\n",
+              kLayers, kBatch, kWidth, 2 * kLayers + 1, first_plan * 1e3, bench::median(rebuilt) * 1e3,
+              times[0] * 1e3, times[1] * 1e3, times[0] / times[1]);
+  return 0;
+}
