@@ -21,6 +21,17 @@ static void check(koila_status *s, const char *what) {
 
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
+/* A progress line on stderr while a chunked run goes on ("  backward chunk 3/8"),
+   rewritten in place and wiped after the last chunk so the table on stdout stays tidy.
+   Unsplit runs (one chunk) show nothing. */
+static void show_progress(void *user, const char *what, int64_t done, int64_t total) {
+  (void)user;
+  if (total <= 1) return;
+  fprintf(stderr, "\r  %s chunk %lld/%lld", what, (long long)done, (long long)total);
+  if (done == total) fprintf(stderr, "\r%40s\r", "");
+  fflush(stderr);
+}
+
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "cnn.pt";
   const int64_t batch = argc > 2 ? atoll(argv[2]) : 1024;
@@ -85,6 +96,7 @@ int main(int argc, char **argv) {
   koila_plan_free(plan);
   budget = current + (unsplit - current) / 6;
   check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
+  check(koila_set_progress(show_progress, NULL), "koila_set_progress");
   printf("TorchScript CNN, %zu parameters, batch %lld\n", n_params, (long long)batch);
   printf("unsplit training step: estimated peak %.1f MiB; budget %.1f MiB (%.1fx smaller)\n\n", mib(unsplit),
          mib(budget), (double)unsplit / (double)budget);
@@ -112,6 +124,7 @@ int main(int argc, char **argv) {
     koila_plan_free(plan);
   }
 
+  check(koila_set_progress(NULL, NULL), "koila_set_progress");
   check(koila_set_memory_budget("cpu", 0), "koila_set_memory_budget");
   koila_optimizer_free(sgd);
   for (i = 0; i < n_params; ++i) koila_tensor_free(params[i]);

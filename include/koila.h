@@ -258,6 +258,39 @@ KOILA_API koila_status *koila_plan_describe(const koila_plan *p, char *buf, size
 KOILA_API void koila_plan_free(koila_plan *p);
 
 /* ------------------------------------------------------------------------------------ */
+/* Chunking options                                                                       */
+/*                                                                                        */
+/* Global settings, thread-safe, like budgets.                                            */
+/* ------------------------------------------------------------------------------------ */
+
+/* Called after each chunk of a planned evaluation or backward, on the thread running it;
+   what is "forward" or "backward"; done counts 1..total. NULL fn turns it off. */
+typedef void (*koila_progress_fn)(void *user, const char *what, int64_t done, int64_t total);
+/* Sets the one progress callback of the process (replacing any set before; NULL fn turns
+   it off) and the `user` pointer it is passed, which koila never reads or frees.
+   What is reported, per run that evaluates a lazy graph (a read, koila_eval) or runs
+   koila_backward:
+     - total is the number of chunks that run uses (koila_plan_num_chunks of its plan);
+       an unsplit run is one chunk: one call with done = total = 1.
+     - Evaluation: "forward" for each chunk.
+     - Backward: "backward" for each chunk. When the loss is computed from values combined
+       over the whole batch (e.g. a mean of a batched sum), the combining pass runs first
+       and is reported as "forward", 1..total, then the backward chunks as "backward",
+       1..total. A backward from a concrete loss reports "backward" 1 of 1.
+     - After running out of memory the run rolls back and retries with half the chunk:
+       the counts start again at 1 with the retry's (larger) total.
+   Not reported: planning (koila_plan_new, and the probes and simulations any plan runs),
+   reads of concrete tensors (nothing is evaluated).
+   The callback runs on the thread doing the run, while that run holds its share of the
+   budget; runs on several threads call it concurrently. It must return (not longjmp or
+   throw through koila) and should be quick. From the callback, koila functions that do
+   not run a plan (koila_set_progress, metadata, freeing handles) may be called; reads of
+   lazy tensors, koila_eval of one, koila_backward from a lazy loss and koila_plan_new
+   fail there with KOILA_ERROR_UNSUPPORTED (they would run inside the calling run), and
+   what runs from the callback reports nothing. */
+KOILA_API koila_status *koila_set_progress(koila_progress_fn fn, void *user);
+
+/* ------------------------------------------------------------------------------------ */
 /* Operators                                                                              */
 /*                                                                                        */
 /* All return a new tensor through `out`; the result is lazy when any input is lazy, else */

@@ -6,18 +6,28 @@
 
 #include "error.h"
 #include "executor.h"
+#include "progress.h"
 
 namespace koila {
 namespace {
 
-// Calls body(start, length) for each chunk, the first `max_chunks` only when that is > 0.
+// Calls body(start, length) for each chunk, the first `max_chunks` only when that is > 0;
+// after each, reports it as `what` when the run reports progress.
 template <class F>
-void for_each_chunk(int64_t batch, const ChunkRun& run, F&& body) {
+void for_each_chunk(int64_t batch, const ChunkRun& run, const char* what, F&& body) {
+  const int64_t total = (batch + run.chunk - 1) / run.chunk;
   int64_t done = 0;
   for (int64_t start = 0; start < batch; start += run.chunk) {
-    if (run.max_chunks > 0 && done++ == run.max_chunks) return;
+    if (run.max_chunks > 0 && done == run.max_chunks) return;
     body(start, std::min(run.chunk, batch - start));
+    ++done;
+    if (run.progress) report_progress(what, done, total);
   }
+}
+
+// An unsplit run is one chunk.
+void report_whole(const ChunkRun& run, const char* what) {
+  if (run.progress) report_progress(what, 1, 1);
 }
 
 EvalOptions options_for(const ChunkRun& run) {
@@ -58,7 +68,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
   ChunkCounts counts(a.boundaries);
   EvalOptions options = options_for(run);
   counts.observe(options, run);
-  for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+  for_each_chunk(a.batch, run, "forward", [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
@@ -220,12 +230,16 @@ void finish(const ChunkRun& run, const Tensors& leaves, const Tensors& grads) {
 }  // namespace
 
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
-  if (!a.splits(run.chunk)) return evaluate(root, options_for(run));
+  if (!a.splits(run.chunk)) {
+    at::Tensor result = evaluate(root, options_for(run));
+    report_whole(run, "forward");
+    return result;
+  }
   if (a.root_batched) {
     const Meta& m = root->meta;
     at::Tensor result = at::empty(m.shape, tensor_options(m, run));
     EvalOptions options = options_for(run);
-    for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+    for_each_chunk(a.batch, run, "forward", [&](int64_t start, int64_t length) {
       options.chunk_start = start;
       options.chunk_length = length;
       result.narrow(m.batch_dim, start, length).copy_(evaluate(root, options));
@@ -249,6 +263,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
     finish(run, leaves, gradients({value}, {}, leaves, retain));
+    report_whole(run, "backward");
     return;
   }
   at::NoGradGuard outside;  // the additions below are not part of any graph
@@ -297,7 +312,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
   bool leaves_known = false;
-  for_each_chunk(a.batch, run, [&](int64_t start, int64_t length) {
+  for_each_chunk(a.batch, run, "backward", [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);

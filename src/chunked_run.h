@@ -22,6 +22,10 @@ struct ChunkRun {
   // the counts a mean averaged over are not read (their values do not exist).
   bool meta = false;
   bool commit = true;  // add the gradients into .grad; false: compute and drop them
+  // Report each chunk to the progress callback (progress.h): real planned runs only. A
+  // pass that combines the boundaries counts as "forward", the backward loop after it as
+  // "backward", each 1..its number of chunks; an unsplit run is one chunk.
+  bool progress = false;
   // In a simulation: whether the real tensor behind a stand-in has an all-zero .grad (the
   // stand-in has a meta .grad when the real one has a .grad). Unset: none is known zero.
   std::function<bool(const at::Tensor&)> grad_is_zero;

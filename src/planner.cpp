@@ -11,6 +11,7 @@
 #include "executor.h"
 #include "memory.h"
 #include "plan_estimate.h"
+#include "progress.h"
 #include "reservations.h"
 #include "types.h"
 
@@ -52,6 +53,14 @@ void check_loss(const NodePtr& loss) {
                                            shape_string(loss->meta.shape));
   if (!at::isFloatingType(loss->meta.dtype))
     fail(KOILA_ERROR_DTYPE, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
+}
+
+// A run or plan started from a progress callback would run inside the run that called it
+// (and could wait for that run to end): refused.
+void check_not_in_progress_callback() {
+  if (in_progress_callback())
+    fail(KOILA_ERROR_UNSUPPORTED, "a progress callback cannot evaluate, plan or run a backward "
+                                  "(it runs inside the chunked run that called it)");
 }
 
 bool fits(const Plan& p, uint64_t extra) {
@@ -122,6 +131,7 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
 // Every run's measured peak is recorded for later plans of the same graph.
 template <class F>
 Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
+  check_not_in_progress_callback();
   const Analysis& a = analysis_of(root, mode);
   Estimator estimator(root, a, mode);
   const c10::Device device = canonical_device(root->meta.device);
@@ -203,7 +213,10 @@ std::string Plan::describe() const {
   return os.str();
 }
 
-Plan make_plan(const NodePtr& root, Mode mode) { return plan_with(root, mode, /*refuse=*/true); }
+Plan make_plan(const NodePtr& root, Mode mode) {
+  check_not_in_progress_callback();
+  return plan_with(root, mode, /*refuse=*/true);
+}
 
 uint64_t estimate_extra(const NodePtr& root, Mode mode, int64_t chunk) {
   if (!root->lazy()) return 0;
@@ -217,6 +230,7 @@ at::Tensor run_forward(const NodePtr& root, Plan* used) {
   const Plan plan = planned_run(root, Mode::Forward, [&](const Analysis& a, int64_t chunk) {
     ChunkRun run;
     run.chunk = chunk;
+    run.progress = true;
     result = forward_chunks(root, a, run);
   });
   if (used) *used = plan;
@@ -232,12 +246,14 @@ void run_backward(const NodePtr& loss, Plan* used) {
       fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
                                          "(see koila_tensor_set_requires_grad)");
     commit_gradients(leaves, gradients({value}, {}, leaves));
+    report_progress("backward", 1, 1);  // one chunk, as an unsplit lazy backward
     if (used) *used = plan_with(loss, Mode::Training, false);
     return;
   }
   const Plan plan = planned_run(loss, Mode::Training, [&](const Analysis& a, int64_t chunk) {
     ChunkRun run;
     run.chunk = chunk;
+    run.progress = true;
     backward_chunks(loss, a, run);
   });
   if (used) *used = plan;

@@ -27,6 +27,22 @@ static int ok(koila_status *s) {
   return 0;
 }
 
+/* Progress reports: how many, and the last one. */
+struct progress_log {
+  int calls;
+  char what[16];
+  int64_t done, total;
+};
+
+static void log_progress(void *user, const char *what, int64_t done, int64_t total) {
+  struct progress_log *log = (struct progress_log *)user;
+  ++log->calls;
+  strncpy(log->what, what, sizeof log->what - 1);
+  log->what[sizeof log->what - 1] = '\0';
+  log->done = done;
+  log->total = total;
+}
+
 /* Loads mlp.pt, trains it a few steps with a graph built once, saves and reloads it. */
 static void module_checks(const char *dir) {
   char path[1024], name[64], saved[1100];
@@ -157,9 +173,17 @@ int main(int argc, char **argv) {
   CHECK(fabsf(out[0] - 4.5f) < 1e-6f && out[1] == 0.0f);
 
   ok(koila_sum(&loss, r, NULL, 0, 0));
-  ok(koila_tensor_item(loss, &value));
+  {
+    struct progress_log log;
+    memset(&log, 0, sizeof log);
+    ok(koila_set_progress(log_progress, &log));
+    ok(koila_tensor_item(loss, &value)); /* unsplit: one chunk */
+    CHECK(log.calls == 1 && strcmp(log.what, "forward") == 0 && log.done == 1 && log.total == 1);
+    ok(koila_backward(loss));
+    CHECK(log.calls == 2 && strcmp(log.what, "backward") == 0 && log.done == 1 && log.total == 1);
+    ok(koila_set_progress(NULL, NULL));
+  }
   CHECK(fabs(value - 4.5) < 1e-6);
-  ok(koila_backward(loss));
   ok(koila_tensor_grad(&grad, w));
   CHECK(grad != NULL);
   if (grad) {

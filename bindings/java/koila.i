@@ -303,6 +303,91 @@ KOILA_OUT(int, out, jintArray, int[], jint, SetIntArrayRegion)
 KOILA_OUT(koila_dtype, out, jintArray, int[], jint, SetIntArrayRegion)
 
 /* ------------------------------------------------------------------------------------ */
+/* Progress: koila_set_progress(fn, user) takes one Object with a method                  */
+/* void onChunk(String what, long done, long total) (org.koila.ProgressListener), or null */
+/* to turn reports off. A C trampoline calls it on the thread running the chunk,         */
+/* attaching that thread to the JVM when it is not attached (never the case for runs     */
+/* started from Java). An exception the listener throws cannot cross koila's C code: it  */
+/* is printed (ExceptionDescribe) and dropped.                                            */
+/* ------------------------------------------------------------------------------------ */
+
+%{
+#include <pthread.h>
+
+static JavaVM *koila_progress_vm = NULL;
+static jobject koila_progress_listener = NULL; /* a global reference */
+static jmethodID koila_progress_on_chunk = NULL;
+static pthread_mutex_t koila_progress_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void koila_progress_trampoline(void *user, const char *what, int64_t done, int64_t total) {
+  JNIEnv *env = NULL;
+  int attached = 0;
+  jobject listener = NULL;
+  jmethodID method = NULL;
+  (void)user;
+  if (!koila_progress_vm) return;
+  if ((*koila_progress_vm)->GetEnv(koila_progress_vm, (void **)&env, JNI_VERSION_1_6) == JNI_EDETACHED) {
+    if ((*koila_progress_vm)->AttachCurrentThreadAsDaemon(koila_progress_vm, (void **)&env, NULL) != JNI_OK) return;
+    attached = 1;
+  }
+  if (env && !(*env)->ExceptionCheck(env)) {
+    /* A local reference taken under the lock: a listener replaced meanwhile stays valid. */
+    pthread_mutex_lock(&koila_progress_lock);
+    if (koila_progress_listener) listener = (*env)->NewLocalRef(env, koila_progress_listener);
+    method = koila_progress_on_chunk;
+    pthread_mutex_unlock(&koila_progress_lock);
+    if (listener) {
+      jstring jwhat = (*env)->NewStringUTF(env, what);
+      if (jwhat) {
+        (*env)->CallVoidMethod(env, listener, method, jwhat, (jlong)done, (jlong)total);
+        (*env)->DeleteLocalRef(env, jwhat);
+      }
+      if ((*env)->ExceptionCheck(env)) (*env)->ExceptionDescribe(env);
+      (*env)->DeleteLocalRef(env, listener);
+    }
+  }
+  if (attached) (*koila_progress_vm)->DetachCurrentThread(koila_progress_vm);
+}
+
+/* Makes `listener` (or nothing, for null) the one the trampoline calls. 0: a Java
+   exception is pending. */
+static int koila_progress_install(JNIEnv *jenv, jobject listener) {
+  jobject global = NULL, old;
+  jmethodID method = NULL;
+  if (listener) {
+    jclass cls = (*jenv)->GetObjectClass(jenv, listener);
+    if (!cls) return 0;
+    method = (*jenv)->GetMethodID(jenv, cls, "onChunk", "(Ljava/lang/String;JJ)V");
+    (*jenv)->DeleteLocalRef(jenv, cls);
+    if (!method) return 0; /* NoSuchMethodError pending */
+    if (!koila_progress_vm && (*jenv)->GetJavaVM(jenv, &koila_progress_vm) != JNI_OK) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaRuntimeException, "koila: no JavaVM for the progress listener");
+      return 0;
+    }
+    global = (*jenv)->NewGlobalRef(jenv, listener);
+    if (!global) return 0;
+  }
+  pthread_mutex_lock(&koila_progress_lock);
+  old = koila_progress_listener;
+  koila_progress_listener = global;
+  koila_progress_on_chunk = method;
+  pthread_mutex_unlock(&koila_progress_lock);
+  if (old) (*jenv)->DeleteGlobalRef(jenv, old);
+  return 1;
+}
+%}
+
+%typemap(jni) (koila_progress_fn fn, void *user) "jobject"
+%typemap(jtype) (koila_progress_fn fn, void *user) "Object"
+%typemap(jstype) (koila_progress_fn fn, void *user) "Object"
+%typemap(javain) (koila_progress_fn fn, void *user) "$javainput"
+%typemap(in) (koila_progress_fn fn, void *user) {
+  if (!koila_progress_install(jenv, $input)) return $null;
+  $1 = $input ? koila_progress_trampoline : NULL;
+  $2 = NULL;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* The classes                                                                           */
 /* ------------------------------------------------------------------------------------ */
 

@@ -687,6 +687,20 @@ std::vector<Entry> make_table() {
   for (const char* getter : {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes",
                              "koila_plan_full_peak_bytes", "koila_plan_budget_bytes"})
     add(getter, 0, [](State&) {});  // exercised together by koila_plan_batch_size's action
+  add("koila_set_progress", 1, [](State& st) {
+    // Set (counting calls, checking what each reports) or cleared; the counter is static,
+    // so the callback stays valid whatever runs after this action.
+    static long calls = 0;
+    const bool on = !st.in.chance(3);
+    note(on ? "koila_set_progress on" : "koila_set_progress off");
+    koila_progress_fn fn = [](void* user, const char* what, int64_t done, int64_t total) {
+      if (!what || (std::string(what) != "forward" && std::string(what) != "backward") || done < 1 || done > total)
+        die("progress callback got what=" + std::string(what ? what : "NULL") + " done=" + std::to_string(done) +
+            " total=" + std::to_string(total));
+      ++*static_cast<long*>(user);
+    };
+    check(koila_set_progress(on ? fn : nullptr, &calls), "koila_set_progress");
+  });
   add("koila_plan_describe", 1, [](State& st) {
     koila_plan* p = pick_plan(st);
     note("koila_plan_describe");
@@ -1020,6 +1034,7 @@ void free_all(State& st) {
   st.optimizers.clear();
   st.modules.clear();
   koila_status_free(koila_set_memory_budget("cpu", 0));
+  koila_status_free(koila_set_progress(nullptr, nullptr));
 }
 
 // Runs `calls` steps (or until a buffer runs out).

@@ -8,8 +8,8 @@ Options: --header FILE (default: include/koila.h of this repository), --output F
 (default: src/LibKoila.jl of this package).
 
 The parser is deliberately strict: it understands exactly the C that koila.h is written in
-(opaque struct typedefs, enums with values, integer #define constants, KOILA_API function
-declarations over a fixed set of types) and stops with an error naming the line of anything
+(opaque struct typedefs, enums with values, integer #define constants, named function
+pointer typedefs (callbacks), KOILA_API function declarations over a fixed set of types) and stops with an error naming the line of anything
 else, so that a change to the header can never silently drop or mistype a function.
 
 --check regenerates in memory and compares with the committed file; independently of the
@@ -226,6 +226,7 @@ class Header:
         self.opaque = []      # names
         self.enums = []       # (name, [(item, value)], line)
         self.defines = []     # (line, name, julia value)
+        self.callbacks = []   # (name, C declaration, doc, line): function pointer typedefs
         self.functions = []   # dicts: name, ret, params [(jtype, cname, jname)], proto, doc, line
 
 
@@ -287,6 +288,12 @@ def parse_header(text):
             h.enums.append((m.group(1), parse_enum_body(first, m.group(2)), first))
             typedefs.add(m.group(1))
             continue
+        m = re.fullmatch(r"typedef ([^()]*?) ?\( ?\* ?(koila_\w+) ?\) ?\((.*)\)", stmt)
+        if m:
+            parse_callback(first, m.group(1), m.group(2), m.group(3), h)
+            h.callbacks.append((m.group(2), " ".join(stmt.split()) + ";", doc_for(first), first))
+            typedefs.add(m.group(2))
+            continue
         if stmt.startswith("KOILA_API "):
             h.functions.append(parse_function(first, stmt, h, doc_for(first)))
             continue
@@ -344,6 +351,7 @@ def parse_type(line, tokens, h, context, is_return):
     """tokens: the C type's tokens. Returns the Julia type."""
     enums = {e[0] for e in h.enums}
     opaque = set(h.opaque)
+    callbacks = {c[0] for c in h.callbacks}
     base, base_const, stars = None, False, 0
     for tok in tokens:
         if tok == "const":
@@ -359,7 +367,7 @@ def parse_type(line, tokens, h, context, is_return):
             raise ParseError("line %d: %s: unexpected '%s' after '*'" % (line, context, tok))
         if base is not None:
             raise ParseError("line %d: %s: two type names (%s %s)" % (line, context, base, tok))
-        if tok in SCALARS or tok == "void" or tok in enums or tok in opaque:
+        if tok in SCALARS or tok == "void" or tok in enums or tok in opaque or tok in callbacks:
             base = tok
         else:
             raise ParseError("line %d: %s: unknown type '%s'" % (line, context, tok))
@@ -385,12 +393,32 @@ def parse_type(line, tokens, h, context, is_return):
         if base in opaque:
             raise ParseError("line %d: %s: opaque struct %s by value" % (line, context, base))
         return SCALARS.get(base, base)
+    if base in callbacks:
+        raise ParseError("line %d: %s: pointer to the function pointer type %s" % (line, context, base))
     if stars == 1 and base == "char" and base_const:
         return "Cstring"
     return "Ptr{%s}" % pointee(stars - 1)
 
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\*|\S")
+
+
+def parse_callback(line, ret_c, name, params_c, h):
+    """Checks a function pointer typedef: named parameters of the known types, as for a
+    function (the Julia side passes a @cfunction, a Ptr{Cvoid})."""
+    context = "callback type " + name
+    if "(" in params_c or ")" in params_c or "[" in params_c or "..." in params_c:
+        raise ParseError("line %d: %s: parameters not understood: %s" % (line, context, params_c))
+    parse_type(line, TOKEN.findall(ret_c), h, context + " return type", True)
+    if params_c == "void":
+        return
+    for k, p in enumerate(params_c.split(",")):
+        toks = TOKEN.findall(p.strip())
+        if len(toks) < 2 or not re.fullmatch(r"[A-Za-z_]\w*", toks[-1]) or toks[-1] in C_WORDS \
+                or toks[-1] in SCALARS:
+            raise ParseError("line %d: %s: parameter %d not understood (unnamed?): %s"
+                             % (line, context, k + 1, p.strip()))
+        parse_type(line, toks[:-1], h, "%s parameter '%s'" % (context, toks[-1]), False)
 
 
 def parse_function(line, stmt, h, doc):
@@ -435,6 +463,7 @@ def parse_function(line, stmt, h, doc):
 def julia_names(h):
     """Gives every parameter a Julia name that is neither reserved nor a type used here."""
     taken = set(JULIA_RESERVED) | set(h.opaque) | {e[0] for e in h.enums} | set(SCALARS.values())
+    taken |= {c[0] for c in h.callbacks}
     taken |= {item for e in h.enums for item, _ in e[1]} | {d[1] for d in h.defines}
     taken |= {"Int64", "UInt64", "Int32", "UInt32", "UInt8", "Cint", "Cdouble", "Csize_t"}
     for f in h.functions:
@@ -582,6 +611,22 @@ def generate(header_text, header_label):
         for item, value in items:
             w("    %s = %d" % (item, value))
         w("end")
+    if h.callbacks:
+        w("")
+        w("# " + "-" * 88)
+        w("# Callbacks: C function pointers, passed as a @cfunction (a Ptr{Cvoid}) or C_NULL")
+        w("# " + "-" * 88)
+        for name, decl, doc, _ in h.callbacks:
+            w("")
+            w('"""')
+            w("    %s" % name)
+            w("")
+            w("C: `%s`" % julia_doc(decl))
+            if doc:
+                w("")
+                w(julia_doc(doc))
+            w('"""')
+            w("const %s = Ptr{Cvoid}" % name)
     w("")
     w("# " + "-" * 88)
     w("# Functions")

@@ -127,6 +127,18 @@ KOILA_API koila_status *koila_add(koila_tensor **out,
         self.assertEqual(len(f["params"]), 3)
         self.assertEqual(f["doc"], "Adds.")
 
+    def test_callback_typedef(self):
+        h = parse("""
+/* Reports. */
+typedef void (*koila_cb)(void *user, const char *what, int64_t done);
+KOILA_API koila_status *koila_set_cb(koila_cb fn, void *user);""")
+        self.assertEqual([(c[0], c[2]) for c in h.callbacks], [("koila_cb", "Reports.")])
+        self.assertEqual([p[0] for p in h.functions[0]["params"]], ["koila_cb", "Ptr{Cvoid}"])
+        text, _ = G.generate(mini("""
+typedef void (*koila_cb)(void *user, const char *what, int64_t done);
+KOILA_API koila_status *koila_set_cb(koila_cb fn, void *user);"""), "mini.h")
+        self.assertIn("const koila_cb = Ptr{Cvoid}", text)
+
     def test_defines(self):
         h = parse("#define KOILA_A 7\n#define KOILA_B INT64_MIN\n#define KOILA_C (-3)\n"
                   "KOILA_API void koila_f(void);")
@@ -143,6 +155,13 @@ class Rejections(unittest.TestCase):
 
     def test_function_pointer(self):
         self.rejects("KOILA_API void koila_cb(void (*f)(int), void *user);", "not understood")
+
+    def test_bad_callback_typedefs(self):
+        self.rejects("typedef void (*koila_cb)(int);", "unnamed")
+        self.rejects("typedef void (*koila_cb)(long x);", "unknown type 'long'")
+        self.rejects("typedef void (*koila_cb)(void (*g)(int) , int x);", "not understood")
+        self.rejects("typedef void (*koila_cb)(int x);\nKOILA_API void koila_f(koila_cb *p);",
+                     "pointer to the function pointer type")
 
     def test_array_parameter(self):
         self.rejects("KOILA_API void koila_a(int64_t dims[4]);", "not understood")

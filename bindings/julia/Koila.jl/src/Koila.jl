@@ -51,6 +51,7 @@ include("tensor.jl")
 include("ops.jl")
 include("broadcast.jl")
 include("memory.jl")
+include("progress.jl")
 include("modules.jl")
 
 export KoilaError, @check, BFloat16
@@ -63,7 +64,7 @@ export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, lo
        scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes,
        describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
-       manual_seed!
+       manual_seed!, set_progress!
 export TorchModule, forward, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, Optimizer, SGD, Adam, step!
 

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 4ff52e59bcd0b4995d98f6b673cad62c9b148755960af36f5a3b95d6dc889bc3
+# Header sha256: 8304e0ddca480e2b0b3232000d1db1550a912476e80b46d0730a28cf8cdf4f01
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -156,6 +156,19 @@ end
 end
 
 # ----------------------------------------------------------------------------------------
+# Callbacks: C function pointers, passed as a @cfunction (a Ptr{Cvoid}) or C_NULL
+# ----------------------------------------------------------------------------------------
+
+"""
+    koila_progress_fn
+
+C: `typedef void (*koila_progress_fn)(void *user, const char *what, int64_t done, int64_t total);`
+
+Called after each chunk of a planned evaluation or backward, on the thread running it; what is "forward" or "backward"; done counts 1..total. NULL fn turns it off.
+"""
+const koila_progress_fn = Ptr{Cvoid}
+
+# ----------------------------------------------------------------------------------------
 # Functions
 # ----------------------------------------------------------------------------------------
 
@@ -195,6 +208,7 @@ const _fptr_koila_plan_full_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_budget_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_describe = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_set_progress = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_add = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_sub = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_mul = Ref{Ptr{Cvoid}}(C_NULL)
@@ -315,6 +329,7 @@ const _FUNCTIONS = (
     (:koila_plan_budget_bytes, _fptr_koila_plan_budget_bytes),
     (:koila_plan_describe, _fptr_koila_plan_describe),
     (:koila_plan_free, _fptr_koila_plan_free),
+    (:koila_set_progress, _fptr_koila_set_progress),
     (:koila_add, _fptr_koila_add),
     (:koila_sub, _fptr_koila_sub),
     (:koila_mul, _fptr_koila_mul),
@@ -846,6 +861,19 @@ function koila_plan_free(p)
     fptr = _fptr_koila_plan_free[]
     fptr == C_NULL && _not_loaded(:koila_plan_free)
     ccall(fptr, Cvoid, (Ptr{koila_plan},), p)
+end
+
+"""
+    koila_set_progress(fn, user) -> Ptr{koila_status}
+
+C: `koila_status *koila_set_progress(koila_progress_fn fn, void *user);`
+
+Sets the one progress callback of the process (replacing any set before; NULL fn turns it off) and the `user` pointer it is passed, which koila never reads or frees. What is reported, per run that evaluates a lazy graph (a read, koila_eval) or runs koila_backward: - total is the number of chunks that run uses (koila_plan_num_chunks of its plan); an unsplit run is one chunk: one call with done = total = 1. - Evaluation: "forward" for each chunk. - Backward: "backward" for each chunk. When the loss is computed from values combined over the whole batch (e.g. a mean of a batched sum), the combining pass runs first and is reported as "forward", 1..total, then the backward chunks as "backward", 1..total. A backward from a concrete loss reports "backward" 1 of 1. - After running out of memory the run rolls back and retries with half the chunk: the counts start again at 1 with the retry's (larger) total. Not reported: planning (koila_plan_new, and the probes and simulations any plan runs), reads of concrete tensors (nothing is evaluated). The callback runs on the thread doing the run, while that run holds its share of the budget; runs on several threads call it concurrently. It must return (not longjmp or throw through koila) and should be quick. From the callback, koila functions that do not run a plan (koila_set_progress, metadata, freeing handles) may be called; reads of lazy tensors, koila_eval of one, koila_backward from a lazy loss and koila_plan_new fail there with KOILA_ERROR_UNSUPPORTED (they would run inside the calling run), and what runs from the callback reports nothing.
+"""
+function koila_set_progress(fn, user)
+    fptr = _fptr_koila_set_progress[]
+    fptr == C_NULL && _not_loaded(:koila_set_progress)
+    ccall(fptr, Ptr{koila_status}, (koila_progress_fn, Ptr{Cvoid}), fn, user)
 end
 
 """

@@ -450,17 +450,22 @@ end
     koila_error(() -> SGD([u, 1.0]; lr = 0.1), KOILA_ERROR_INVALID_ARGUMENT; contains = "not a Tensor")
 end
 
-@testset "chunked training: gradients equal the unsplit run's" begin
-    Koila.manual_seed!(1)
-    n, din, dh, dout = 2048, 64, 256, 10
+# An MLP's mean cross-entropy over a lazy batch of n random samples; returns the loss and
+# its parameters.
+function lazy_mlp_loss(seed, n; din = 64, dh = 256, dout = 10)
+    Koila.manual_seed!(seed)
     data = Koila.randn(n, din)
     labels = Tensor(Int64[k % dout for k in 0:n-1])
     W1 = requires_grad!(Koila.randn(dh, din) .* 0.1)
     b1 = requires_grad!(Koila.zeros(dh))
     W2 = requires_grad!(Koila.randn(dout, dh) .* 0.1)
-    params = [W1, b1, W2]
-    x, y = lazy(data, 1), lazy(labels, 1)
-    loss = cross_entropy(linear(relu(linear(x, W1, b1)), W2), y)
+    loss = cross_entropy(linear(relu(linear(lazy(data, 1), W1, b1)), W2), lazy(labels, 1))
+    return loss, [W1, b1, W2]
+end
+
+@testset "chunked training: gradients equal the unsplit run's" begin
+    n = 2048
+    loss, params = lazy_mlp_loss(1, n)
     @test islazy(loss) && size(loss) == ()
 
     @test num_chunks(Plan(loss, :training)) == 1
@@ -486,6 +491,33 @@ end
             @test Array(grad(p)) ≈ g rtol = 1e-4 atol = 1e-6
         end
     finally
+        set_memory_budget!(0)
+    end
+end
+
+@testset "progress: each chunk of a chunked backward, in order" begin
+    loss, _ = lazy_mlp_loss(2, 2048)
+    seen = Tuple{String,Int64,Int64}[]
+    try
+        set_progress!((what, done, total) -> push!(seen, (what, done, total)))
+        backward!(loss)
+        @test seen == [("backward", 1, 1)]
+        empty!(seen)
+        GC.gc()
+        current = memory_stats().current
+        fullpeak = full_peak_bytes(Plan(loss, :training))
+        set_memory_budget!(current + (fullpeak - current) ÷ 4)
+        chunks = num_chunks(Plan(loss, :training))
+        @test chunks > 1
+        @test isempty(seen)  # planning reports nothing
+        backward!(loss)
+        @test seen == [("backward", k, chunks) for k in 1:chunks]
+        set_progress!(nothing)
+        empty!(seen)
+        backward!(loss)
+        @test isempty(seen)
+    finally
+        set_progress!(nothing)
         set_memory_budget!(0)
     end
 end

@@ -297,6 +297,44 @@ extern "C" {
 extern "C" {
     pub fn koila_plan_free(p: *mut koila_plan);
 }
+#[doc = " Called after each chunk of a planned evaluation or backward, on the thread running it;"]
+#[doc = "what is \"forward\" or \"backward\"; done counts 1..total. NULL fn turns it off."]
+pub type koila_progress_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        what: *const ::std::os::raw::c_char,
+        done: i64,
+        total: i64,
+    ),
+>;
+extern "C" {
+    #[doc = " Sets the one progress callback of the process (replacing any set before; NULL fn turns"]
+    #[doc = "it off) and the `user` pointer it is passed, which koila never reads or frees."]
+    #[doc = "What is reported, per run that evaluates a lazy graph (a read, koila_eval) or runs"]
+    #[doc = "koila_backward:"]
+    #[doc = "- total is the number of chunks that run uses (koila_plan_num_chunks of its plan);"]
+    #[doc = "an unsplit run is one chunk: one call with done = total = 1."]
+    #[doc = "- Evaluation: \"forward\" for each chunk."]
+    #[doc = "- Backward: \"backward\" for each chunk. When the loss is computed from values combined"]
+    #[doc = "over the whole batch (e.g. a mean of a batched sum), the combining pass runs first"]
+    #[doc = "and is reported as \"forward\", 1..total, then the backward chunks as \"backward\","]
+    #[doc = "1..total. A backward from a concrete loss reports \"backward\" 1 of 1."]
+    #[doc = "- After running out of memory the run rolls back and retries with half the chunk:"]
+    #[doc = "the counts start again at 1 with the retry's (larger) total."]
+    #[doc = "Not reported: planning (koila_plan_new, and the probes and simulations any plan runs),"]
+    #[doc = "reads of concrete tensors (nothing is evaluated)."]
+    #[doc = "The callback runs on the thread doing the run, while that run holds its share of the"]
+    #[doc = "budget; runs on several threads call it concurrently. It must return (not longjmp or"]
+    #[doc = "throw through koila) and should be quick. From the callback, koila functions that do"]
+    #[doc = "not run a plan (koila_set_progress, metadata, freeing handles) may be called; reads of"]
+    #[doc = "lazy tensors, koila_eval of one, koila_backward from a lazy loss and koila_plan_new"]
+    #[doc = "fail there with KOILA_ERROR_UNSUPPORTED (they would run inside the calling run), and"]
+    #[doc = "what runs from the callback reports nothing."]
+    pub fn koila_set_progress(
+        fn_: koila_progress_fn,
+        user: *mut ::std::os::raw::c_void,
+    ) -> *mut koila_status;
+}
 extern "C" {
     #[doc = " Elementwise, broadcasting."]
     pub fn koila_add(

@@ -36,6 +36,7 @@ mod tensor;
 mod ops;
 mod plan;
 mod memory;
+mod progress;
 mod module;
 mod optim;
 mod text;
@@ -47,6 +48,7 @@ pub use module::Module;
 pub use optim::{AdamOptions, Optimizer, SgdOptions};
 pub use ops::Reduction;
 pub use plan::{Mode, Plan};
+pub use progress::{clear_progress, set_progress};
 pub use tensor::Tensor;
 
 /// The raw C declarations, for what the safe API does not wrap.

@@ -261,3 +261,43 @@ fn training_a_module_in_chunks_equals_unsplit() {
     let after = loss.item().unwrap();
     assert!(after < before, "{after} >= {before}");
 }
+
+#[test]
+fn progress_reports_each_chunk_of_a_chunked_backward() {
+    use std::sync::{Arc, Mutex};
+    let _g = serial();
+    let (loss, mut params) = mlp_loss(99);
+    let budget = splitting_budget(&loss);
+    let _guard = Budget::set(budget);
+    // Other tests' runs may report on their own threads: only this thread's calls count.
+    let me = std::thread::current().id();
+    let seen: Arc<Mutex<Vec<(String, i64, i64)>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    koila::set_progress(Some(move |what: &str, done: i64, total: i64| {
+        if std::thread::current().id() == me {
+            sink.lock().unwrap().push((what.to_string(), done, total));
+        }
+    }))
+    .unwrap();
+    let plan = Plan::new(&loss, Mode::Training).unwrap();
+    assert!(plan.num_chunks() > 1, "not split: {}", plan.describe().unwrap());
+    assert!(seen.lock().unwrap().is_empty(), "planning reported progress");
+    loss.backward().unwrap();
+    let n = plan.num_chunks();
+    let expected: Vec<(String, i64, i64)> = (1..=n).map(|d| ("backward".to_string(), d, n)).collect();
+    assert_eq!(*seen.lock().unwrap(), expected);
+
+    // A panic in the closure does not cross into C; clearing turns reports off.
+    koila::set_progress(Some(|_: &str, done: i64, _: i64| {
+        assert!(done != 1, "from the progress closure (expected)")
+    }))
+    .unwrap();
+    loss.backward().unwrap();
+    koila::clear_progress().unwrap();
+    seen.lock().unwrap().clear();
+    loss.backward().unwrap();
+    assert!(seen.lock().unwrap().is_empty());
+    for p in &mut params {
+        p.zero_grad().unwrap();
+    }
+}

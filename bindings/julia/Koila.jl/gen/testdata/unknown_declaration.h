@@ -1,6 +1,6 @@
-/* A header the generator must refuse: koila_on_progress takes a function pointer, which
-   gen/generate.py does not translate. ctest's julia.generator_rejects_unknown feeds it to
-   the generator and expects a failure naming the line. */
+/* A header the generator must refuse: koila_on_progress takes an unnamed function pointer
+   type (gen/generate.py translates only typedef'd ones). ctest's julia.generator_rejects_unknown
+   feeds it to the generator and expects a failure naming the line. */
 #ifndef UNKNOWN_DECLARATION_H
 #define UNKNOWN_DECLARATION_H
 

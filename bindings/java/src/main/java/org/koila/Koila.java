@@ -63,4 +63,22 @@ public final class Koila {
   public static void memoryResetPeak(String device) {
     KoilaException.check(KoilaNative.koila_memory_reset_peak(device));
   }
+
+  /**
+   * Reports each chunk of planned runs to {@code listener}, or turns reports off ({@code
+   * null}). One listener for the process; thread-safe. After each chunk of an evaluation
+   * (a read of a lazy tensor) it is called with {@code "forward"}, after each chunk of a
+   * backward with {@code "backward"}, counting 1 to the number of chunks of that run (1
+   * when it runs unsplit). A backward whose loss is computed from values combined over the
+   * batch reports the combining pass as {@code "forward"} first; a retry after running out
+   * of memory counts again from 1. Planning ({@link Plan}) reports nothing.
+   *
+   * <p>The listener runs on the thread running the chunk, possibly on several threads at
+   * once. It must not read lazy tensors, plan or call backward: those fail there with
+   * {@link Code#UNSUPPORTED}. An exception it throws cannot cross koila's C code: it is
+   * printed to standard error and dropped.
+   */
+  public static void setProgress(ProgressListener listener) {
+    KoilaException.check(KoilaNative.koila_set_progress(listener));
+  }
 }

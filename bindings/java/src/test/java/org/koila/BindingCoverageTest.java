@@ -50,7 +50,10 @@ class BindingCoverageTest {
     assertEquals(List.of(), missing, "functions of koila.h without a method in KoilaNative");
   }
 
-  /** The typemaps cover every parameter: no SWIGTYPE_p_ wrapper or BigInteger appears. */
+  /**
+   * The typemaps cover every parameter: no SWIGTYPE_p_ wrapper or BigInteger appears. The
+   * one Object is koila_set_progress's listener (anything with onChunk; see koila.i).
+   */
   @Test
   void rawMethodsUseOnlyPlainJavaTypes() {
     List<String> bad = new ArrayList<>();
@@ -60,7 +63,8 @@ class BindingCoverageTest {
       types.add(m.getReturnType());
       for (Class<?> t : types) {
         Class<?> base = t.isArray() ? t.getComponentType() : t;
-        if (!base.isPrimitive() && base != String.class) bad.add(m.getName() + ": " + t.getName());
+        boolean listener = m.getName().equals("koila_set_progress") && base == Object.class;
+        if (!base.isPrimitive() && base != String.class && !listener) bad.add(m.getName() + ": " + t.getName());
       }
     }
     assertEquals(List.of(), bad);

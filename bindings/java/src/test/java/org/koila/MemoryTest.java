@@ -122,13 +122,7 @@ class MemoryTest {
     try (Tensor x = Tensor.randn(2048, 256); Tensor w = Tensor.randn(256, 256);
         // softmax over the batch dim couples every sample.
         Tensor y = x.lazy(0).matmul(w).softmax(0).matmul(w).sum()) {
-      TestSupport.settleMemory();
-      long current = Koila.memoryStats("cpu").currentBytes();
-      long full;
-      try (Plan plan = y.plan(Mode.FORWARD)) {
-        full = plan.fullPeakBytes();
-      }
-      Koila.setMemoryBudget("cpu", current + (full - current) / 4);
+      TestSupport.budgetAQuarterToUnsplit(y, Mode.FORWARD);
       KoilaException e = assertKoila(Code.NOT_SPLITTABLE, () -> y.plan(Mode.FORWARD));
       assertTrue(e.getMessage().contains("softmax"), e.getMessage());
       assertKoila(Code.NOT_SPLITTABLE, y::item);

@@ -52,6 +52,21 @@ final class TestSupport {
     }
   }
 
+  /**
+   * Sets the CPU budget a quarter of the way from what is in use (once settled) to the
+   * unsplit peak of running {@code t} in {@code mode}, so that a splittable run splits.
+   */
+  static void budgetAQuarterToUnsplit(Tensor t, Mode mode) {
+    settleMemory();
+    long current = Koila.memoryStats("cpu").currentBytes();
+    long full;
+    try (Plan plan = t.plan(mode)) {
+      full = plan.fullPeakBytes();
+    }
+    assertTrue(full > current, "the unsplit run needs more than what is in use");
+    Koila.setMemoryBudget("cpu", current + (full - current) / 4);
+  }
+
   /** Asserts that {@code run} throws a KoilaException with {@code code}; returns it. */
   static KoilaException assertKoila(Code code, Executable run) {
     KoilaException e = assertThrows(KoilaException.class, run);
