@@ -4,7 +4,8 @@
 #      fuzzer and the differential graph fuzzer. Any report fails the run.
 #   2. TSan in build-tsan/: the concurrency test (8 threads training while budgets change).
 # Bindings run in the plain build only: their runtimes (JVM, cargo test) would need the
-# sanitizer runtime preloaded into foreign processes.
+# sanitizer runtime preloaded into foreign processes. So does the real-model corpus (its
+# TorchScript models are written by Python; the plain build runs it).
 # Arguments: `asan`, `tsan` or nothing for both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +16,8 @@ configure_and_build() {  # dir sanitizers targets...
   local dir=$1 sanitizers=$2
   shift 2
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOILA_SANITIZE="$sanitizers" \
-        -DKOILA_BUILD_BINDINGS=OFF -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_EXAMPLES=OFF >/dev/null
+        -DKOILA_BUILD_BINDINGS=OFF -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_EXAMPLES=OFF \
+        -DKOILA_BUILD_CORPUS=OFF >/dev/null
   cmake --build "$dir" -j"$(nproc)" --target "$@"
 }
 
