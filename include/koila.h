@@ -263,6 +263,50 @@ KOILA_API void koila_plan_free(koila_plan *p);
 /* Global settings, thread-safe, like budgets.                                            */
 /* ------------------------------------------------------------------------------------ */
 
+/* How batch norm in training (koila_batch_norm with training = 1, and BatchNorm layers of
+   TorchScript modules in training) is chunked. Global, thread-safe; read when a plan is
+   made (koila_plan_new, or the plan of a read or backward), and the plan's description
+   says which applied.
+     - EXACT (the default): batch norm in training normalizes with the statistics of the
+       whole batch, so it couples the batch: the graph runs unsplit or fails with
+       KOILA_ERROR_NOT_SPLITTABLE, whose message names this option.
+     - PER_CHUNK: when the batch is split, each chunk normalizes with its own mean and
+       variance, as gradient accumulation does in every framework. Results and gradients
+       are those of the chunks' losses weighted by their share of the batch (they differ
+       from the unsplit ones). Running statistics end as one update with the whole batch's
+       mean and unbiased variance would leave them, combined exactly from the chunks'
+       statistics: one update per evaluation or backward, as an unsplit run makes (a
+       module's num_batches_tracked counts one too); a failed run, a retry after running
+       out of memory included, leaves them as they were. An unsplit run is unchanged.
+   Other ops that mix samples still couple the batch. A module counts as coupled only by
+   batch norm when, with its BatchNorm layers (submodules holding running_mean and
+   running_var) switched to evaluation, changing one sample changes no other sample's
+   output; BatchNorm without running statistics stays coupled. An unknown value is
+   KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
+typedef enum koila_batch_stats {
+  KOILA_BATCH_STATS_EXACT = 0,    /* default: batch norm in training couples the batch */
+  KOILA_BATCH_STATS_PER_CHUNK = 1 /* each chunk normalizes with its own statistics */
+} koila_batch_stats;
+KOILA_API koila_status *koila_set_batch_stats(koila_batch_stats policy);
+
+/* Which chunk size a plan picks among those that fit the budget. Global, thread-safe; read
+   when a plan is made, and the plan's description says which applied and why.
+     - LARGEST (the default): the whole batch if it fits, else the largest power of two.
+     - FASTEST: among the chunk sizes that fit (powers of two, and the whole batch when it
+       fits), the one measured fastest. The first runs of a graph structure (in the same
+       mode and on the same device, under the same budget) time the candidates, one per
+       run, from the largest down, and stop early once a candidate is slower than the best
+       so far by 25% or more (smaller chunks rarely win back); later runs use the winner, remembered per
+       graph structure with the plan memo (koila.h's Memory section). Until the candidates
+       are measured, a plan shows the candidate the next run times. Results stay equal to
+       the unsplit ones up to float rounding. An unknown value is
+       KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
+typedef enum koila_chunking {
+  KOILA_CHUNK_LARGEST = 0, /* default: whole batch if it fits, else the largest power of two */
+  KOILA_CHUNK_FASTEST = 1  /* among the chunk sizes that fit, the one measured fastest */
+} koila_chunking;
+KOILA_API koila_status *koila_set_chunking(koila_chunking policy);
+
 /* Called after each chunk of a planned evaluation or backward, on the thread running it;
    what is "forward" or "backward"; done counts 1..total. NULL fn turns it off. */
 typedef void (*koila_progress_fn)(void *user, const char *what, int64_t done, int64_t total);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "batch_stats.h"
 #include "error.h"
 #include "executor.h"
 #include "progress.h"
@@ -13,13 +14,16 @@ namespace {
 
 // Calls body(start, length) for each chunk, the first `max_chunks` only when that is > 0;
 // after each, reports it as `what` when the run reports progress.
+// `stats` sees each chunk start and end.
 template <class F>
-void for_each_chunk(int64_t batch, const ChunkRun& run, const char* what, F&& body) {
+void for_each_chunk(int64_t batch, const ChunkRun& run, const char* what, ChunkStats& stats, F&& body) {
   const int64_t total = (batch + run.chunk - 1) / run.chunk;
   int64_t done = 0;
   for (int64_t start = 0; start < batch; start += run.chunk) {
     if (run.max_chunks > 0 && done == run.max_chunks) return;
+    stats.start_chunk();
     body(start, std::min(run.chunk, batch - start));
+    stats.end_chunk();
     ++done;
     if (run.progress) report_progress(what, done, total);
   }
@@ -29,6 +33,9 @@ void for_each_chunk(int64_t batch, const ChunkRun& run, const char* what, F&& bo
 void report_whole(const ChunkRun& run, const char* what) {
   if (run.progress) report_progress(what, 1, 1);
 }
+
+// Whether this run observes batch statistics per chunk (see ChunkRun::per_chunk_stats).
+bool observes_stats(const ChunkRun& run) { return run.per_chunk_stats && !run.meta && run.commit; }
 
 EvalOptions options_for(const ChunkRun& run) {
   EvalOptions options;
@@ -61,14 +68,16 @@ struct ChunkCounts {
 };
 
 // The boundaries' values over the whole batch, from chunks combined by their reduction.
-Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<double>* totals_out) {
+// The chunks' batch statistics go to `stats` (see ChunkRun::per_chunk_stats).
+Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<double>* totals_out,
+                           ChunkStats& stats) {
   const size_t n = a.boundaries.size();
   Tensors combined(n);
   std::vector<double> totals(n, 0);
   ChunkCounts counts(a.boundaries);
   EvalOptions options = options_for(run);
   counts.observe(options, run);
-  for_each_chunk(a.batch, run, "forward", [&](int64_t start, int64_t length) {
+  for_each_chunk(a.batch, run, "forward", stats, [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
@@ -239,19 +248,26 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     const Meta& m = root->meta;
     at::Tensor result = at::empty(m.shape, tensor_options(m, run));
     EvalOptions options = options_for(run);
-    for_each_chunk(a.batch, run, "forward", [&](int64_t start, int64_t length) {
+    ChunkStats stats(observes_stats(run), a.nodes);
+    for_each_chunk(a.batch, run, "forward", stats, [&](int64_t start, int64_t length) {
       options.chunk_start = start;
       options.chunk_length = length;
       result.narrow(m.batch_dim, start, length).copy_(evaluate(root, options));
     });
+    stats.prepare();
+    stats.commit();
     return result;
   }
-  const Tensors combined = combine_boundaries(a, run, nullptr);
+  ChunkStats stats(observes_stats(run), a.nodes);
+  const Tensors combined = combine_boundaries(a, run, nullptr, stats);
   std::unordered_map<const Node*, at::Tensor> given;
   for (size_t k = 0; k < combined.size(); ++k) given.emplace(a.boundaries[k], combined[k]);
   EvalOptions tail = options_for(run);
   tail.given = &given;
-  return evaluate(root, tail);
+  at::Tensor result = evaluate(root, tail);
+  stats.prepare();
+  stats.commit();
+  return result;
 }
 
 void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
@@ -273,7 +289,9 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> totals(n, 0);
   GradientTarget target(run, root->meta.device);
   if (!a.root_is_boundary) {
-    const Tensors combined = combine_boundaries(a, run, &totals);
+    // Its statistics are put back: the loop below computes them again.
+    ChunkStats combining(observes_stats(run), a.nodes);
+    const Tensors combined = combine_boundaries(a, run, &totals, combining);
     std::unordered_map<const Node*, at::Tensor> given;
     Tensors stand_ins;
     for (size_t k = 0; k < n; ++k) {
@@ -312,7 +330,8 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
   bool leaves_known = false;
-  for_each_chunk(a.batch, run, "backward", [&](int64_t start, int64_t length) {
+  ChunkStats stats(observes_stats(run), a.nodes);
+  for_each_chunk(a.batch, run, "backward", stats, [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
@@ -346,7 +365,9 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     return;  // every chunk averaged over nothing (e.g. all targets ignored): nothing to add
   }
   const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
+  stats.prepare();
   target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0);
+  stats.commit();
 }
 
 }  // namespace koila

@@ -22,6 +22,11 @@ struct ChunkRun {
   // the counts a mean averaged over are not read (their values do not exist).
   bool meta = false;
   bool commit = true;  // add the gradients into .grad; false: compute and drop them
+  // Batch norm in training computes each chunk's own statistics (KOILA_BATCH_STATS_PER_CHUNK,
+  // batch_stats.h): its running statistics get one update per pass whose statistics count
+  // (the forward of an evaluation, the backward loop of a backward). Real committed runs
+  // only; simulations and probes leave statistics alone (they run on stand-ins and copies).
+  bool per_chunk_stats = false;
   // Report each chunk to the progress callback (progress.h): real planned runs only. A
   // pass that combines the boundaries counts as "forward", the backward loop after it as
   // "backward", each 1..its number of chunks; an unsplit run is one chunk.

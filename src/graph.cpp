@@ -133,6 +133,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->shown_inputs = spec.shown_inputs;
   node->signature = spec.signature;
   node->mutates_state = spec.mutates_state;
+  node->stats_counters = std::move(spec.stats_counters);
   const c10::Device device = common_device(inputs);
 
   std::vector<const Meta*> metas;
@@ -170,6 +171,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
     node->meta.batch_dim = r.batch_dim;
     node->meta.from_batch = true;
     node->couples = std::move(r.couples);
+    if (node->couples.empty()) node->stats_couples = std::move(r.stats_couples);
     node->reduction = r.reduction;
     if (r.reduction == BatchReduction::Mean)
       node->mean_count = spec.mean_count ? spec.mean_count

@@ -38,6 +38,10 @@ struct Meta {
 struct BatchResult {
   int64_t batch_dim = -1;
   std::string couples;                        // non-empty: the op mixes samples; says how
+  // Non-empty (with couples empty): the op mixes samples only through batch statistics
+  // (batch norm in training), which KOILA_BATCH_STATS_PER_CHUNK lets each chunk compute for
+  // itself; the batch dim goes on as batch_dim says. Says how.
+  std::string stats_couples;
   BatchReduction reduction = BatchReduction::None;
 };
 
@@ -61,6 +65,8 @@ struct Node {
   std::vector<NodePtr> inputs;
   Meta meta;
   std::string couples;        // non-empty when this op mixes samples across the batch
+  std::string stats_couples;  // see BatchResult::stats_couples
+  Tensors stats_counters;     // see OpSpec::stats_counters
   BatchReduction reduction = BatchReduction::None;
   CountFn mean_count;         // set when reduction is Mean
   at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
@@ -100,6 +106,10 @@ struct OpSpec {
   // The op may change concrete inputs that do not require grad in place (batch norm's
   // running statistics): the planner's real probes run it on copies of them.
   bool mutates_state = false;
+  // Counters the op increments before each batch norm it runs (a module's
+  // num_batches_tracked): chunks with their own batch statistics restore them between
+  // chunks (batch_stats.h).
+  Tensors stats_counters = {};
 };
 
 NodePtr make_constant(at::Tensor value);

@@ -91,6 +91,27 @@ void set_training(const ObjectPtr& obj, bool on, std::unordered_set<const c10::i
     if (is_module(v)) set_training(v.toObject(), on, seen);
 }
 
+// Whether `obj` is a batch norm layer that trains with running statistics: it holds
+// tensors running_mean and running_var, and its `training` is true.
+bool training_batch_norm(const c10::ivalue::Object& obj) {
+  const auto& type = obj.type();
+  auto holds_tensor = [&](const char* name) {
+    const auto slot = type->findAttributeSlot(name);
+    return slot && obj.getSlot(*slot).isTensor() && obj.getSlot(*slot).toTensor().defined();
+  };
+  const auto training = type->findAttributeSlot("training");
+  return training && obj.getSlot(*training).isBool() && obj.getSlot(*training).toBool() &&
+         holds_tensor("running_mean") && holds_tensor("running_var");
+}
+
+// Switches the training batch norm layers of `obj`'s tree to evaluation (on a twin).
+void evaluate_batch_norms(const ObjectPtr& obj, std::unordered_set<const c10::ivalue::Object*>& seen) {
+  if (!seen.insert(obj.get()).second) return;
+  if (training_batch_norm(*obj)) obj->setSlot(*obj->type()->findAttributeSlot("training"), false);
+  for (const c10::IValue& v : obj->slots())
+    if (is_module(v)) evaluate_batch_norms(v.toObject(), seen);
+}
+
 // Everything one module call needs, shared by its node's functions.
 struct Call {
   Module module;   // a twin of the caller's module taken when the call was built (same tensors)
@@ -99,6 +120,8 @@ struct Call {
   Tensors state;   // every tensor the module holds, once each
   std::unordered_map<const c10::TensorImpl*, size_t> index;  // state tensor -> position
   std::string input_text;  // the caller's inputs, for messages
+  std::vector<std::string> batch_norms;  // names of the batch norm layers that train
+  Tensors batch_norm_counters;           // their num_batches_tracked
 };
 
 [[noreturn]] void module_error(const Call& call, const std::exception& e, koila_code fallback) {
@@ -108,15 +131,21 @@ struct Call {
 
 // Runs the module's forward on args = [inputs..., state...]. When the state given is the
 // module's own, the module itself runs; otherwise (meta stand-ins, probe copies) a twin
-// holding the given tensors does.
-at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT) {
-  bool own = true;
+// holding the given tensors does; `batch_norm_eval` switches its training batch norm
+// layers to evaluation.
+at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
+                    bool batch_norm_eval = false) {
+  bool own = !batch_norm_eval;
   for (size_t i = 0; i < call.state.size(); ++i)
     own &= args[call.n_inputs + i].unsafeGetTensorImpl() == call.state[i].unsafeGetTensorImpl();
   Module target = own ? call.module : twin(call.module, call.module, [&](const at::Tensor& t) {
     auto found = call.index.find(t.unsafeGetTensorImpl());
     return found == call.index.end() ? t : args[call.n_inputs + found->second];
   });
+  if (batch_norm_eval) {
+    std::unordered_set<const c10::ivalue::Object*> seen;
+    evaluate_batch_norms(target._ivalue(), seen);
+  }
   // Operator by operator, as eager LibTorch runs: the same kernels, the same tensors saved
   // for backward, whether the run is real or simulated on meta tensors (an optimized plan
   // would also specialize on the meta device).
@@ -175,8 +204,11 @@ class Probe {
     }
     args.insert(args.end(), module_state_.begin(), module_state_.end());
     random_.reseed(kProbeSeed);
-    return run_call(call_, args, KOILA_ERROR_SHAPE);
+    return run_call(call_, args, KOILA_ERROR_SHAPE, batch_norm_eval_);
   }
+
+  // Runs from now on with the module's training batch norm layers evaluating.
+  void set_batch_norm_eval(bool on) { batch_norm_eval_ = on; }
   at::Tensor run(int64_t n = -1) { return run(inputs_, n); }
 
   // The probe inputs with sample j changed in every batched input; nullopt when no input
@@ -258,6 +290,7 @@ class Probe {
   Tensors module_state_;
   Tensors inputs_;
   std::vector<int64_t> batch_dims_;
+  bool batch_norm_eval_ = false;
 };
 
 // The one dim of `a` (batch `na`) and `b` (batch `nb`) that follows the batch size, or a
@@ -283,6 +316,27 @@ bool same_values(const at::Tensor& a, const at::Tensor& b) {
   if (at::isFloatingType(a.scalar_type()))
     return at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-4, 1e-6, /*equal_nan=*/true);
   return at::equal(a, b);
+}
+
+// Why the probe's module mixes samples across the batch (changing one sample changes
+// another's result), or empty when it keeps them apart; `base` is its result on the probe.
+std::string mixing(Probe& probe, const at::Tensor& base, int64_t out_dim) {
+  const int64_t samples = probe.samples();
+  bool shown = false;
+  for (int64_t j = 0; j < samples; ++j) {
+    const std::optional<Tensors> changed = probe.perturbed(j);
+    if (!changed) continue;
+    shown = true;
+    const at::Tensor result = probe.run(*changed);
+    for (int64_t i = 0; i < samples; ++i) {
+      if (i == j || same_values(result.select(out_dim, i), base.select(out_dim, i))) continue;
+      return "mixes samples across the batch: in a probe on " + std::to_string(samples) +
+             " samples, changing sample " + std::to_string(j) + " changed the result for sample " +
+             std::to_string(i) + " (as batch norm in training or a reduction over the batch do)";
+    }
+  }
+  if (!shown) return "cannot be shown to keep samples apart: the samples koila probed it with are all the same";
+  return {};
 }
 
 // Where the batch goes through the call, and whether the module keeps samples apart.
@@ -382,24 +436,27 @@ Meta infer(const Call& call, Inference& inference, const std::vector<const Meta*
                                       " was inferred");
       return out;
     }
-    bool shown = false;
-    for (int64_t j = 0; j < samples; ++j) {
-      const std::optional<Tensors> changed = probe->perturbed(j);
-      if (!changed) continue;
-      shown = true;
-      const at::Tensor result = probe->run(*changed);
-      for (int64_t i = 0; i < samples; ++i) {
-        if (i == j || same_values(result.select(out_dim, i), base.select(out_dim, i))) continue;
-        inference.batch = batch::couple("mixes samples across the batch: in a probe on " + std::to_string(samples) +
-                                        " samples, changing sample " + std::to_string(j) +
-                                        " changed the result for sample " + std::to_string(i) +
-                                        " (as batch norm in training or a reduction over the batch do)");
+    std::string mixed = mixing(*probe, base, out_dim);
+    if (!mixed.empty() && !call.batch_norms.empty()) {
+      // Batch norm in training mixes samples through its statistics only: when the module
+      // keeps samples apart with those layers evaluating, nothing else mixes them.
+      probe->set_batch_norm_eval(true);
+      const at::Tensor evaluating = probe->run();
+      const bool only_batch_norm = mixing(*probe, evaluating, out_dim).empty();
+      probe->set_batch_norm_eval(false);
+      if (only_batch_norm) {
+        std::string names;
+        for (size_t k = 0; k < call.batch_norms.size() && k < 3; ++k)
+          names += (k ? ", " : "") + call.batch_norms[k];
+        if (call.batch_norms.size() > 3) names += ", ... (" + std::to_string(call.batch_norms.size()) + " layers)";
+        inference.batch.batch_dim = out_dim;
+        inference.batch.stats_couples = "normalizes with statistics over the batch in its BatchNorm layers in training (" +
+                                        names + ")";
         return out;
       }
     }
-    if (!shown) {
-      inference.batch = batch::couple(
-          "cannot be shown to keep samples apart: the samples koila probed it with are all the same");
+    if (!mixed.empty()) {
+      inference.batch = batch::couple(mixed);
       return out;
     }
   }
@@ -504,6 +561,14 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
     std::unordered_set<const c10::ivalue::Object*> seen;
     collect_tensors(call->module._ivalue(), call->state, call->index, seen);
   }
+  for (const auto& named : call->module.named_modules()) {
+    if (!training_batch_norm(*named.value._ivalue())) continue;
+    call->batch_norms.push_back(named.name.empty() ? std::string("the module itself") : named.name);
+    const auto counter = named.value.type()->findAttributeSlot("num_batches_tracked");
+    if (!counter) continue;
+    const c10::IValue& v = named.value._ivalue()->getSlot(*counter);
+    if (v.isTensor() && v.toTensor().defined()) call->batch_norm_counters.push_back(v.toTensor());
+  }
 
   auto inference = std::make_shared<Inference>();
   OpSpec spec;
@@ -515,6 +580,7 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   spec.batch = [inference, name = call->name](const std::vector<const Meta*>&, const Meta&) {
     BatchResult r = inference->batch;
     if (!r.couples.empty()) r.couples = "(module " + name + ") " + r.couples;
+    if (!r.stats_couples.empty()) r.stats_couples = "(module " + name + ") " + r.stats_couples;
     return r;
   };
   spec.shown_inputs = inputs.size();
@@ -522,6 +588,7 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   spec.signature = call->name + ":";
   for (const Module& sub : call->module.modules()) spec.signature += sub.is_training() ? '1' : '0';
   spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
+  spec.stats_counters = call->batch_norm_counters;
 
   std::vector<NodePtr> all = inputs;
   for (const at::Tensor& t : call->state) all.push_back(make_constant(t));

@@ -209,10 +209,14 @@ KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor*
     if (!train && (!running_mean || !running_var))
       fail(KOILA_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed when training is 0");
     if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
-    BatchRule rule = train ? BatchRule([](const Metas&, const Meta&) {
-      return batch::couple("batch_norm in training normalizes with statistics over the batch");
-    })
-                           : batch::same_dims_except({1}, "applies per-channel statistics");
+    // Per channel, samples stay apart but for the statistics of a batch norm in training,
+    // which KOILA_BATCH_STATS_PER_CHUNK lets each chunk compute for itself.
+    BatchRule rule = [train, per_channel = batch::same_dims_except({1}, "applies per-channel statistics")](
+                         const Metas& in, const Meta& out) {
+      BatchResult r = per_channel(in, out);
+      if (train && r.couples.empty()) r.stats_couples = "in training normalizes with statistics over the batch";
+      return r;
+    };
     OpSpec spec{"koila_batch_norm",
                 [train, momentum, eps](const Tensors& in, const Node&) {
                   return at::batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);

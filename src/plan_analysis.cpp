@@ -34,6 +34,7 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
     }
     if (node->kind != NodeKind::Op) continue;
     if (!node->couples.empty() && a->coupled.empty()) a->coupled = node->op + " " + node->couples;
+    if (!node->stats_couples.empty() && a->stats_coupled.empty()) a->stats_coupled = node->op + " " + node->stats_couples;
     bool batched_input = false;
     for (const NodePtr& in : node->inputs) batched_input |= in && in->meta.batch_dim >= 0;
     if (node->reduction != BatchReduction::None && batched_input) {
@@ -47,6 +48,7 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
   if (a->batch < 0) {
     a->boundaries.clear();
     a->coupled.clear();
+    a->stats_coupled.clear();
     return a;
   }
   a->root_batched = root->meta.batch_dim >= 0;
@@ -60,6 +62,16 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
 std::mutex analysis_mutex;
 
 }  // namespace
+
+std::string coupling(const Analysis& a, koila_batch_stats policy) {
+  if (!a.coupled.empty() || a.stats_coupled.empty() || policy == KOILA_BATCH_STATS_PER_CHUNK) return a.coupled;
+  return a.stats_coupled +
+         " (koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK) lets each chunk normalize with its own statistics)";
+}
+
+bool per_chunk_stats(const Analysis& a, koila_batch_stats policy, int64_t chunk) {
+  return policy == KOILA_BATCH_STATS_PER_CHUNK && a.coupled.empty() && !a.stats_coupled.empty() && a.splits(chunk);
+}
 
 const Analysis& analysis_of(const NodePtr& root, Mode mode) {
   std::lock_guard<std::mutex> lock(analysis_mutex);

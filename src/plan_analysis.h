@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph.h"
+#include "koila.h"
 
 namespace koila {
 
@@ -17,6 +18,10 @@ struct Analysis {
   std::vector<const Node*> nodes;       // topological order, root last
   int64_t batch = -1;                   // size of the lazy batch, -1: none
   std::string coupled;                  // non-empty: why the batch cannot be split
+  // Non-empty: the first op that couples the batch only through batch statistics (see
+  // BatchResult::stats_couples), and how; whether that prevents splitting is up to the
+  // policy in force (see coupling()).
+  std::string stats_coupled;
   bool root_batched = false;            // the result carries the batch: chunks are concatenated
   std::vector<const Node*> boundaries;  // reductions over the batch the (unbatched) root depends on
   bool root_is_boundary = false;
@@ -24,6 +29,14 @@ struct Analysis {
   // Whether running with chunks of `chunk` samples splits the batch.
   bool splits(int64_t chunk) const { return batch >= 0 && chunk >= 0 && chunk < batch; }
 };
+
+// Why the batch of `a` cannot be split under the batch statistics policy `policy` (empty:
+// it can). Under KOILA_BATCH_STATS_EXACT the reason names the option that would allow it.
+std::string coupling(const Analysis& a, koila_batch_stats policy);
+
+// Whether chunks of `chunk` samples split a graph that batch norm couples only through its
+// statistics under `policy`: the chunks then compute their own statistics (batch_stats.h).
+bool per_chunk_stats(const Analysis& a, koila_batch_stats policy, int64_t chunk);
 
 // The analysis of `root` for `mode`, kept in the root's plan cache (it points at nodes the
 // root owns). Thread-safe.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "chunked_run.h"
+#include "chunking_options.h"
 #include "error.h"
 #include "executor.h"
 #include "memory.h"
@@ -86,11 +87,12 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
   Estimator estimator(root, a, mode);
   estimator.set_room(p.budget > p.current + p.others ? p.budget - p.current - p.others : 0);
   p.batch = a.batch;
-  p.coupled = a.coupled;
+  p.batch_stats = batch_stats();
+  p.coupled = coupling(a, p.batch_stats);
   p.full_extra = (estimator.extra(-1));
   p.chunk = a.batch;
   p.extra = p.full_extra;
-  if (!fits(p, p.full_extra) && a.batch > 1 && a.coupled.empty()) {
+  if (!fits(p, p.full_extra) && a.batch > 1 && p.coupled.empty()) {
     // The largest power of two below the batch whose estimate fits (estimates grow with the chunk).
     int64_t lo = 0, hi = 0;  // exponents
     while ((int64_t{1} << (hi + 1)) < a.batch) ++hi;
@@ -119,8 +121,10 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
     }
   }
   p.source = estimator.source();
+  p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
+  p.stats_coupled = a.stats_coupled;
   if (!refuse || fits(p, p.extra)) return p;
-  const koila_code code = a.batch >= 0 && !a.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
+  const koila_code code = a.batch >= 0 && !p.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
   fail(code, p.describe());
 }
 
@@ -155,7 +159,7 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
       try {
         {
           BudgetScope hard_limit(plan.device, plan.budget);
-          attempt(a, plan.chunk);
+          attempt(a, plan);
         }
         estimator.record_run(plan.chunk, usage.peak());
         return plan;
@@ -165,9 +169,10 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
         const uint64_t room = plan.budget > plan.current + plan.others ? plan.budget - plan.current - plan.others : 0;
         estimator.record_run(plan.chunk, std::max(room, usage.peak()) + 1);
         release_cached_memory(plan.device);
-        if (a.batch < 0 || !a.coupled.empty() || plan.chunk <= 1) throw;
+        if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) throw;
         plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);
         plan.chunks = (a.batch + plan.chunk - 1) / plan.chunk;
+        plan.per_chunk_stats = per_chunk_stats(a, plan.batch_stats, plan.chunk);
         plan.extra = (estimator.extra(plan.chunk));
       }
     }
@@ -210,6 +215,9 @@ std::string Plan::describe() const {
   } else {
     os << " It fits unsplit.";
   }
+  if (per_chunk_stats)
+    os << " Batch statistics: per chunk (KOILA_BATCH_STATS_PER_CHUNK; " << stats_coupled
+       << "): each chunk normalizes with its own, the running statistics get one update with the whole batch's.";
   return os.str();
 }
 
@@ -227,9 +235,10 @@ at::Tensor run_forward(const NodePtr& root, Plan* used) {
   if (!root->lazy()) return root->value;
   at::NoGradGuard no_grad;
   at::Tensor result;
-  const Plan plan = planned_run(root, Mode::Forward, [&](const Analysis& a, int64_t chunk) {
+  const Plan plan = planned_run(root, Mode::Forward, [&](const Analysis& a, const Plan& p) {
     ChunkRun run;
-    run.chunk = chunk;
+    run.chunk = p.chunk;
+    run.per_chunk_stats = p.per_chunk_stats;
     run.progress = true;
     result = forward_chunks(root, a, run);
   });
@@ -250,9 +259,10 @@ void run_backward(const NodePtr& loss, Plan* used) {
     if (used) *used = plan_with(loss, Mode::Training, false);
     return;
   }
-  const Plan plan = planned_run(loss, Mode::Training, [&](const Analysis& a, int64_t chunk) {
+  const Plan plan = planned_run(loss, Mode::Training, [&](const Analysis& a, const Plan& p) {
     ChunkRun run;
-    run.chunk = chunk;
+    run.chunk = p.chunk;
+    run.per_chunk_stats = p.per_chunk_stats;
     run.progress = true;
     backward_chunks(loss, a, run);
   });

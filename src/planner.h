@@ -27,6 +27,9 @@ struct Plan {
   int64_t chunk = -1;         // samples per chunk (the batch when it runs unsplit)
   int64_t chunks = 1;
   std::string coupled;        // non-empty: why the batch cannot be split (names the op)
+  koila_batch_stats batch_stats = KOILA_BATCH_STATS_EXACT;  // the policy in force when planned
+  bool per_chunk_stats = false;  // batch norm in training computes each chunk's own statistics
+  std::string stats_coupled;     // the op that couples the batch through its statistics, if any
   uint64_t current = 0;       // bytes in use on the device when planned
   uint64_t others = 0;        // bytes reserved by runs on other threads and not yet allocated
   uint64_t budget = 0;

@@ -306,7 +306,12 @@ TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   const at::Tensor running_mean = bn.attr("running_mean").toTensor().clone();
 
   Handle train = forward(m.get(), {x.get()});
-  EXPECT_NE(node(train.get()).couples.find("mixes samples"), std::string::npos) << node(train.get()).couples;
+  // It mixes samples only through its statistics (with the layer evaluating, it does not).
+  EXPECT_TRUE(node(train.get()).couples.empty()) << node(train.get()).couples;
+  EXPECT_NE(node(train.get()).stats_couples.find("(module BatchNorm) normalizes with statistics over the batch in its "
+                                                 "BatchNorm layers in training (the module itself)"),
+            std::string::npos)
+      << node(train.get()).stats_couples;
   // Building ran probes but changed no buffer.
   EXPECT_TRUE(at::equal(bn.attr("running_mean").toTensor(), running_mean));
 
@@ -330,7 +335,9 @@ TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + need / 2));
   auto [code, message] = outcome(koila_backward(loss.get()));
   EXPECT_EQ(code, KOILA_ERROR_NOT_SPLITTABLE);
-  EXPECT_NE(message.find("koila_module_forward (module BatchNorm) mixes samples"), std::string::npos) << message;
+  EXPECT_NE(message.find("koila_module_forward (module BatchNorm) normalizes with statistics"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK)"), std::string::npos) << message;
   EXPECT_FALSE(bn.attr("weight").toTensor().grad().defined());
   // The eval-mode call splits.
   Handle eval_sq = CALL(koila_mul, eval.get(), eval.get());

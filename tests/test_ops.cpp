@@ -22,6 +22,7 @@ struct Case {
   int64_t batch_dim = -1;           // expected batch dim of the result
   bool couples = false;             // expected: the op mixes samples
   BatchReduction reduction = BatchReduction::None;
+  bool stats_couples = false;       // expected: it mixes them only through batch statistics
 };
 
 at::Tensor rnd(at::IntArrayRef shape) { return at::randn(shape, at::kFloat); }
@@ -92,6 +93,7 @@ void check(const Build& build, const Ref& ref, const Case& c) {
   EXPECT_EQ(scalar_type_of(dtype), expected.scalar_type());
   EXPECT_EQ(batch_dim_of(out.get()), c.batch_dim);
   EXPECT_EQ(!node(out.get()).couples.empty(), c.couples) << "couples: " << node(out.get()).couples;
+  EXPECT_EQ(!node(out.get()).stats_couples.empty(), c.stats_couples) << "stats: " << node(out.get()).stats_couples;
   EXPECT_EQ(node(out.get()).reduction, c.reduction);
   expect_close(to_aten(out.get()), expected, "lazy value");
 
@@ -111,7 +113,7 @@ void check(const Build& build, const Ref& ref, const Case& c) {
 
   // The batch rule against eager LibTorch on slices of the batch.
   const int64_t n = batch_size(c);
-  if (n < 2 || c.couples) return;
+  if (n < 2 || c.couples || c.stats_couples) return;
   if (c.batch_dim >= 0) {
     const at::Tensor slice_ref = ref(slice_inputs(c, 1, n - 1));
     expect_close(slice_ref, expected.narrow(c.batch_dim, 1, n - 1), "eager on a slice of the batch");
@@ -407,10 +409,13 @@ TEST(Ops, BatchNorm) {
   check(build(0), ref(false), {"evaluation", {x, w, b, mean, var}, {0, C, C, C, C}, 0});
   check(build(0), ref(false), {"evaluation, batch in H", {x, w, b, mean, var}, {2, C, C, C, C}, 2});
   check(build(0), ref(false), {"evaluation, batch in channels", {x, w, b, mean, var}, {1, C, C, C, C}, -1, true});
-  check(build(1), ref(true), {"training couples the batch", {x, w, b, mean, var}, {0, C, C, C, C}, -1, true});
+  // Training couples the batch through its statistics only (koila_set_batch_stats decides).
+  check(build(1), ref(true),
+        {"training", {x, w, b, mean, var}, {0, C, C, C, C}, 0, false, BatchReduction::None, true});
+  check(build(1), ref(true), {"training, batch in channels", {x, w, b, mean, var}, {1, C, C, C, C}, -1, true});
   check([](koila_tensor** o, const auto& in) { return koila_batch_norm(o, in[0], nullptr, nullptr, nullptr, nullptr, 1, 0.1, 1e-5); },
         [](const auto& v) { return at::batch_norm(v[0], {}, {}, {}, {}, true, 0.1, 1e-5, false); },
-        {"training without parameters, 2-D", {rnd({6, 3})}, {0}, -1, true});
+        {"training without parameters, 2-D", {rnd({6, 3})}, {0}, 0, false, BatchReduction::None, true});
 }
 
 TEST(Ops, LayerNorm) {

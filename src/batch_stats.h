@@ -1,0 +1,54 @@
+// Batch statistics per chunk (koila_set_batch_stats with KOILA_BATCH_STATS_PER_CHUNK): while
+// a chunked pass runs, each batch norm in training normalizes its chunk with the chunk's own
+// statistics, and its running statistics end as one update with the whole batch's mean and
+// unbiased variance would leave them.
+//
+// How: every batch norm call, koila's op and those inside TorchScript modules alike, is an
+// aten::batch_norm call, which a thread-local observer (LibTorch's RecordFunction) sees
+// with its arguments before it runs: the input, the running statistics and the factor it
+// will update them with. Per chunk, the observer records each call's per-channel count,
+// mean and sum of squared deviations; chunks combine exactly (Chan et al.'s pairwise
+// formulas, in double). The kernels' own updates are undone at the end, and one update
+// per call is applied with the combined statistics. Counters a module increments before
+// each call (num_batches_tracked) are put back before every chunk, so every chunk sees
+// the factor of one full-batch call.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <vector>
+
+#include "graph.h"
+
+namespace koila {
+
+class ChunkStats {
+ public:
+  // Observes this thread's batch norms while it lives when `on` (otherwise does nothing).
+  // `nodes` are the graph's nodes: their stats_counters are restored between chunks.
+  ChunkStats(bool on, const std::vector<const Node*>& nodes);
+  ChunkStats(const ChunkStats&) = delete;
+  ChunkStats& operator=(const ChunkStats&) = delete;
+  // Unless commit() ran: every running statistic and counter back as it was.
+  ~ChunkStats();
+
+  // Call before each chunk runs (puts the counters back for the second chunk on).
+  void start_chunk();
+  // Call after each chunk ran: rethrows what the observer failed with.
+  void end_chunk();
+  // After the last chunk: computes one update per batch norm call from the combined
+  // statistics (allocating; nothing visible changes yet).
+  void prepare();
+  // Applies what prepare() computed (allocates nothing, cannot fail). Without it,
+  // destruction restores the statistics: a failed pass, or one that only combines values
+  // and is repeated by a second pass.
+  void commit() noexcept;
+
+  struct State;  // (batch_stats.cpp; its observer reaches it through a thread-local pointer)
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace koila
