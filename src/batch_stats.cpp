@@ -25,6 +25,7 @@ struct Call {
 
 struct ChunkStats::State {
   bool on = false;
+  bool per_chunk = false;  // Mode::PerChunk (else Mode::Restore)
   at::CallbackHandle handle = 0;
   State* outer = nullptr;
   std::vector<Call> calls;  // in the order the first chunk made them
@@ -49,17 +50,23 @@ struct ChunkStats::State {
     for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
   }
 
-  void record(c10::ArrayRef<const c10::IValue> in) {
-    // batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps, cudnn_enabled)
-    if (in.size() < 7 || !in[5].isBool() || !in[5].toBool()) return;
+  // `stack` ends with the arguments of batch_norm(input, weight?, bias?, running_mean?,
+  // running_var?, training, momentum, eps, cudnn_enabled); calls from TorchScript's
+  // interpreter show its whole stack.
+  void record(c10::ArrayRef<const c10::IValue> stack) {
+    constexpr size_t kArguments = 9;
+    if (stack.size() < kArguments) return;
+    const c10::ArrayRef<const c10::IValue> in = stack.slice(stack.size() - kArguments);
+    if (!in[5].isBool() || !in[5].toBool()) return;
     if (!in[3].isTensor() || !in[4].isTensor() || !in[0].isTensor()) return;
     const at::Tensor& rm = in[3].toTensor();
     const at::Tensor& rv = in[4].toTensor();
     if (!rm.defined() || !rv.defined()) return;  // no running statistics: nothing to update
-    const at::Tensor x = in[0].toTensor().detach();
     at::NoGradGuard no_grad;
     save(rm);
     save(rv);
+    if (!per_chunk) return;
+    const at::Tensor x = in[0].toTensor().detach();
     std::vector<int64_t> dims;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (d != 1) dims.push_back(d);
@@ -104,9 +111,10 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
 
 }  // namespace
 
-ChunkStats::ChunkStats(bool on, const std::vector<const Node*>& nodes) : state_(std::make_unique<State>()) {
-  if (!on) return;
+ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state_(std::make_unique<State>()) {
+  if (mode == Mode::Off) return;
   State& s = *state_;
+  s.per_chunk = mode == Mode::PerChunk;
   at::NoGradGuard no_grad;
   for (const Node* node : nodes)
     for (const at::Tensor& t : node->stats_counters) {
@@ -136,7 +144,7 @@ ChunkStats::~ChunkStats() {
 void ChunkStats::start_chunk() {
   State& s = *state_;
   if (!s.on) return;
-  if (++s.chunk > 1) {
+  if (++s.chunk > 1 && s.per_chunk) {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < s.counters.size(); ++i) s.counters[i].copy_(s.counters_before[i]);
   }
@@ -147,7 +155,7 @@ void ChunkStats::end_chunk() {
   State& s = *state_;
   if (!s.on) return;
   if (s.error) std::rethrow_exception(s.error);
-  if (s.chunk > 1 && s.next != s.calls.size())
+  if (s.per_chunk && s.chunk > 1 && s.next != s.calls.size())
     fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
                                   "calls, but chunk " + std::to_string(s.chunk) + " made " + std::to_string(s.next) +
                                   " of " + std::to_string(s.calls.size()));
@@ -160,6 +168,10 @@ void ChunkStats::end_chunk() {
 void ChunkStats::prepare() {
   State& s = *state_;
   if (!s.on) return;
+  if (!s.per_chunk) {  // the kernels' own updates stand
+    s.prepared = true;
+    return;
+  }
   at::NoGradGuard no_grad;
   // The running statistics as they were before the pass, then each call's update in order
   // (a layer called twice updates twice), in double as LibTorch's kernels accumulate.
@@ -181,6 +193,10 @@ void ChunkStats::prepare() {
 void ChunkStats::commit() noexcept {
   State& s = *state_;
   if (!s.on || !s.prepared) return;
+  if (!s.per_chunk) {
+    s.committed = true;
+    return;
+  }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < s.saved.size(); ++i) s.saved[i].first.copy_(s.updated[i]);
   for (size_t i = 0; i < s.counters.size() && i < s.counters_after_first.size(); ++i)

@@ -1,7 +1,9 @@
 // Batch statistics per chunk (koila_set_batch_stats with KOILA_BATCH_STATS_PER_CHUNK): while
 // a chunked pass runs, each batch norm in training normalizes its chunk with the chunk's own
 // statistics, and its running statistics end as one update with the whole batch's mean and
-// unbiased variance would leave them.
+// unbiased variance would leave them. Any real pass of a graph with batch norm in training
+// (unsplit too) restores the running statistics when it fails, so that a retry after running
+// out of memory updates them once.
 //
 // How: every batch norm call, koila's op and those inside TorchScript modules alike, is an
 // aten::batch_norm call, which a thread-local observer (LibTorch's RecordFunction) sees
@@ -25,9 +27,14 @@ namespace koila {
 
 class ChunkStats {
  public:
-  // Observes this thread's batch norms while it lives when `on` (otherwise does nothing).
-  // `nodes` are the graph's nodes: their stats_counters are restored between chunks.
-  ChunkStats(bool on, const std::vector<const Node*>& nodes);
+  enum class Mode {
+    Off,        // nothing observed or restored (simulations, probes, graphs without batch norm in training)
+    Restore,    // the kernels update the running statistics; a pass that fails restores them
+    PerChunk,   // each chunk's statistics observed and combined; one update at commit()
+  };
+  // Observes this thread's batch norms in training while it lives, as `mode` says. `nodes`
+  // are the graph's nodes: their stats_counters are restored between chunks and on failure.
+  ChunkStats(Mode mode, const std::vector<const Node*>& nodes);
   ChunkStats(const ChunkStats&) = delete;
   ChunkStats& operator=(const ChunkStats&) = delete;
   // Unless commit() ran: every running statistic and counter back as it was.

@@ -34,8 +34,13 @@ void report_whole(const ChunkRun& run, const char* what) {
   if (run.progress) report_progress(what, 1, 1);
 }
 
-// Whether this run observes batch statistics per chunk (see ChunkRun::per_chunk_stats).
-bool observes_stats(const ChunkRun& run) { return run.per_chunk_stats && !run.meta && run.commit; }
+// How this run treats the running statistics of batch norm in training (batch_stats.h):
+// real committed runs of graphs that have it restore them when they fail, and observe each
+// chunk's own under KOILA_BATCH_STATS_PER_CHUNK (see ChunkRun::per_chunk_stats).
+ChunkStats::Mode stats_mode(const Analysis& a, const ChunkRun& run) {
+  if (run.meta || !run.commit || a.stats_coupled.empty()) return ChunkStats::Mode::Off;
+  return run.per_chunk_stats && a.splits(run.chunk) ? ChunkStats::Mode::PerChunk : ChunkStats::Mode::Restore;
+}
 
 EvalOptions options_for(const ChunkRun& run) {
   EvalOptions options;
@@ -240,7 +245,11 @@ void finish(const ChunkRun& run, const Tensors& leaves, const Tensors& grads) {
 
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   if (!a.splits(run.chunk)) {
+    ChunkStats stats(stats_mode(a, run), a.nodes);
     at::Tensor result = evaluate(root, options_for(run));
+    stats.end_chunk();
+    stats.prepare();
+    stats.commit();
     report_whole(run, "forward");
     return result;
   }
@@ -248,7 +257,7 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     const Meta& m = root->meta;
     at::Tensor result = at::empty(m.shape, tensor_options(m, run));
     EvalOptions options = options_for(run);
-    ChunkStats stats(observes_stats(run), a.nodes);
+    ChunkStats stats(stats_mode(a, run), a.nodes);
     for_each_chunk(a.batch, run, "forward", stats, [&](int64_t start, int64_t length) {
       options.chunk_start = start;
       options.chunk_length = length;
@@ -258,7 +267,7 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     stats.commit();
     return result;
   }
-  ChunkStats stats(observes_stats(run), a.nodes);
+  ChunkStats stats(stats_mode(a, run), a.nodes);
   const Tensors combined = combine_boundaries(a, run, nullptr, stats);
   std::unordered_map<const Node*, at::Tensor> given;
   for (size_t k = 0; k < combined.size(); ++k) given.emplace(a.boundaries[k], combined[k]);
@@ -273,12 +282,17 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
 void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   const bool retain = reaches_eager_history(a.nodes);
   if (!a.splits(run.chunk)) {
+    ChunkStats stats(stats_mode(a, run), a.nodes);
     EvalOptions options = options_for(run);
     options.grad = true;
     at::Tensor value = evaluate(root, options);
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
-    finish(run, leaves, gradients({value}, {}, leaves, retain));
+    const Tensors grads = gradients({value}, {}, leaves, retain);
+    stats.end_chunk();
+    stats.prepare();
+    finish(run, leaves, grads);
+    stats.commit();
     report_whole(run, "backward");
     return;
   }
@@ -290,7 +304,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   GradientTarget target(run, root->meta.device);
   if (!a.root_is_boundary) {
     // Its statistics are put back: the loop below computes them again.
-    ChunkStats combining(observes_stats(run), a.nodes);
+    ChunkStats combining(stats_mode(a, run), a.nodes);
     const Tensors combined = combine_boundaries(a, run, &totals, combining);
     std::unordered_map<const Node*, at::Tensor> given;
     Tensors stand_ins;
@@ -330,7 +344,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
   bool leaves_known = false;
-  ChunkStats stats(observes_stats(run), a.nodes);
+  ChunkStats stats(stats_mode(a, run), a.nodes);
   for_each_chunk(a.batch, run, "backward", stats, [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;

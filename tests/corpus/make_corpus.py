@@ -15,6 +15,13 @@ For every model NAME it writes
                          grad__P      d loss / d P for each parameter P, in
                                       named_parameters() order ('.' written '__')
                        computed by PyTorch on the whole batch;
+  NAME.per_chunk.ref.pt for batch-norm models: the same in train mode with the batch in 4
+                       chunks whose batch norm uses each chunk's own statistics
+                       (KOILA_BATCH_STATS_PER_CHUNK), in float64, plus chunk (the chunk
+                       size), PyTorch's own float32 errors (err_logits, errgrad__P) and
+                       stat__L__B for each batch-norm layer L and buffer B (running_mean,
+                       running_var, num_batches_tracked) after one whole-batch update
+                       (see per_chunk_reference);
 and last manifest.txt, one line per model (see MANIFEST_HEADER).
 
 Batch-norm models are saved with running statistics warmed by a few training-mode passes,
@@ -234,6 +241,70 @@ def reference(path, x, y, train):
     return [("input", x), ("target", y), ("logits", logits), ("loss", loss)] + [(grad_name(n), g) for n, g in grads]
 
 
+def stat_name(module_name, buffer):
+    return "stat__" + (module_name + "." + buffer).replace(".", "__")
+
+
+def chunked_step(model, x, y, chunk, dtype):
+    """Train-mode logits, loss and gradients of `model` (a copy, in `dtype`) with the batch
+    in chunks of `chunk` samples, each chunk's mean cross entropy weighted by its share of
+    the batch, as gradient accumulation does; also each batch-norm layer's inputs, chunk by
+    chunk (float64), and the layers' buffers before the step."""
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
+    layers = [(n, b) for n, b in m.named_modules() if isinstance(b, BATCH_NORM) and b.track_running_stats]
+    before = {n: (b.running_mean.clone(), b.running_var.clone(), b.num_batches_tracked.clone(), b.momentum)
+              for n, b in layers}
+    seen = {n: [] for n, _ in layers}
+    hooks = [b.register_forward_pre_hook(lambda _, args, n=n: seen[n].append(args[0].detach().double()))
+             for n, b in layers]
+    batch = x.shape[0]
+    xs = x.to(dtype) if x.is_floating_point() else x
+    logits, loss = [], torch.zeros((), dtype=torch.float64)
+    for start in range(0, batch, chunk):
+        out = m(xs[start:start + chunk])
+        part = F.cross_entropy(out, y[start:start + chunk], reduction="mean") * (out.shape[0] / batch)
+        part.backward()
+        logits.append(out.detach())
+        loss += part.detach().double()
+    for h in hooks:
+        h.remove()
+    grads = [(n, p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in m.named_parameters()]
+    return torch.cat(logits), loss, grads, seen, before
+
+
+def per_chunk_reference(model, x, y, chunk):
+    """The reference for KOILA_BATCH_STATS_PER_CHUNK, computed by PyTorch with the batch in
+    chunks of `chunk` samples in train mode (see chunked_step):
+      - logits, loss and gradients in float64, and PyTorch's own float32 error against
+        them (err_logits, errgrad__P: max |float32 - float64|). Normalizing a chunk with
+        its own statistics can be ill-conditioned (few values per channel: mobilenet_v2's
+        float32 gradients are about 1% off float64 in chunks of 8), so koila is held to
+        PyTorch's own float32 accuracy;
+      - the batch-norm buffers after one update with the statistics of the whole batch each
+        layer saw (its float32 inputs over all chunks, concatenated, in float64: mean and
+        unbiased variance), num_batches_tracked counting one."""
+    logits32, _, grads32, seen, before = chunked_step(model, x, y, chunk, torch.float32)
+    logits, loss, grads, _, _ = chunked_step(model, x, y, chunk, torch.float64)
+    chunks = (x.shape[0] + chunk - 1) // chunk
+    stats = []
+    for n, inputs in seen.items():
+        assert len(inputs) == chunks, f"{n} ran {len(inputs)} times in {chunks} chunks (once per chunk expected)"
+        whole = torch.cat(inputs)
+        dims = [d for d in range(whole.dim()) if d != 1]
+        mean, var = whole.mean(dims), whole.var(dims, unbiased=True)
+        rm, rv, tracked, momentum = before[n]
+        factor = momentum if momentum is not None else 1.0 / float(tracked.item() + 1)
+        stats += [(stat_name(n, "running_mean"), ((1 - factor) * rm.double() + factor * mean).float()),
+                  (stat_name(n, "running_var"), ((1 - factor) * rv.double() + factor * var).float()),
+                  (stat_name(n, "num_batches_tracked"), tracked + 1)]
+    errors = [("err_logits", (logits32.double() - logits).abs().max())]
+    errors += [("err" + grad_name(n), (g32.double() - g).abs().max()) for (n, g32), (_, g) in zip(grads32, grads)]
+    return ([("input", x), ("target", y), ("logits", logits), ("loss", loss),
+             ("chunk", torch.tensor([chunk], dtype=torch.int64))] +
+            [(grad_name(n), g) for n, g in grads] + stats + errors)
+
+
 def save_reference(tensors, path):
     scripted = torch.jit.script(Reference(tensors))
     scripted.save(path)
@@ -273,6 +344,10 @@ def make(name, out_dir):
     for mode in modes:
         save_reference(reference(os.path.join(out_dir, name + ".pt"), x, y, train=(mode == "train")),
                        os.path.join(out_dir, f"{name}.{mode}.ref.pt"))
+
+    if has_bn:  # batch norm per chunk (koila_set_batch_stats): 4 chunks
+        save_reference(per_chunk_reference(model, x, y, x.shape[0] // 4),
+                       os.path.join(out_dir, f"{name}.per_chunk.ref.pt"))
 
     params = sum(p.numel() for p in scripted.parameters())
     shape = "x".join(str(d) for d in x.shape)
