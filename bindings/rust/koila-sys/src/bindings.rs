@@ -297,6 +297,54 @@ extern "C" {
 extern "C" {
     pub fn koila_plan_free(p: *mut koila_plan);
 }
+#[doc = " default: batch norm in training couples the batch"]
+pub const KOILA_BATCH_STATS_EXACT: koila_batch_stats = 0;
+#[doc = " each chunk normalizes with its own statistics"]
+pub const KOILA_BATCH_STATS_PER_CHUNK: koila_batch_stats = 1;
+#[doc = " How batch norm in training (koila_batch_norm with training = 1, and BatchNorm layers of"]
+#[doc = "TorchScript modules in training) is chunked. Global, thread-safe; read when a plan is"]
+#[doc = "made (koila_plan_new, or the plan of a read or backward), and the plan's description"]
+#[doc = "says which applied."]
+#[doc = "- EXACT (the default): batch norm in training normalizes with the statistics of the"]
+#[doc = "whole batch, so it couples the batch: the graph runs unsplit or fails with"]
+#[doc = "KOILA_ERROR_NOT_SPLITTABLE, whose message names this option."]
+#[doc = "- PER_CHUNK: when the batch is split, each chunk normalizes with its own mean and"]
+#[doc = "variance, as gradient accumulation does in every framework. Results and gradients"]
+#[doc = "are those of the chunks' losses weighted by their share of the batch (they differ"]
+#[doc = "from the unsplit ones). Running statistics end as one update with the whole batch's"]
+#[doc = "mean and unbiased variance would leave them, combined exactly from the chunks'"]
+#[doc = "statistics: one update per evaluation or backward, as an unsplit run makes (a"]
+#[doc = "module's num_batches_tracked counts one too); a failed run, a retry after running"]
+#[doc = "out of memory included, leaves them as they were. An unsplit run is unchanged."]
+#[doc = "Other ops that mix samples still couple the batch. A module counts as coupled only by"]
+#[doc = "batch norm when, with its BatchNorm layers (submodules holding running_mean and"]
+#[doc = "running_var) switched to evaluation, changing one sample changes no other sample's"]
+#[doc = "output; BatchNorm without running statistics stays coupled. An unknown value is"]
+#[doc = "KOILA_ERROR_INVALID_ARGUMENT and changes nothing."]
+pub type koila_batch_stats = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn koila_set_batch_stats(policy: koila_batch_stats) -> *mut koila_status;
+}
+#[doc = " default: whole batch if it fits, else the largest power of two"]
+pub const KOILA_CHUNK_LARGEST: koila_chunking = 0;
+#[doc = " among the chunk sizes that fit, the one measured fastest"]
+pub const KOILA_CHUNK_FASTEST: koila_chunking = 1;
+#[doc = " Which chunk size a plan picks among those that fit the budget. Global, thread-safe; read"]
+#[doc = "when a plan is made, and the plan's description says which applied and why."]
+#[doc = "- LARGEST (the default): the whole batch if it fits, else the largest power of two."]
+#[doc = "- FASTEST: among the chunk sizes that fit (powers of two, and the whole batch when it"]
+#[doc = "fits), the one measured fastest. The first runs of a graph structure (in the same"]
+#[doc = "mode and on the same device, under the same budget) time the candidates, one per"]
+#[doc = "run, from the largest down, and stop early once a candidate is slower than the best"]
+#[doc = "so far by 25% or more (smaller chunks rarely win back); later runs use the winner, remembered per"]
+#[doc = "graph structure with the plan memo (koila.h's Memory section). Until the candidates"]
+#[doc = "are measured, a plan shows the candidate the next run times. Results stay equal to"]
+#[doc = "the unsplit ones up to float rounding. An unknown value is"]
+#[doc = "KOILA_ERROR_INVALID_ARGUMENT and changes nothing."]
+pub type koila_chunking = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn koila_set_chunking(policy: koila_chunking) -> *mut koila_status;
+}
 #[doc = " Called after each chunk of a planned evaluation or backward, on the thread running it;"]
 #[doc = "what is \"forward\" or \"backward\"; done counts 1..total. NULL fn turns it off."]
 pub type koila_progress_fn = ::std::option::Option<

@@ -36,11 +36,13 @@ mod tensor;
 mod ops;
 mod plan;
 mod memory;
+mod chunking;
 mod progress;
 mod module;
 mod optim;
 mod text;
 
+pub use chunking::{set_batch_stats, set_chunking, BatchStats, Chunking};
 pub use dtype::{DType, Element};
 pub use error::{Code, Error, Result};
 pub use memory::{memory_budget, memory_reset_peak, memory_stats, set_memory_budget, MemoryStats};

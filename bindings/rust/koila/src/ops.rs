@@ -264,8 +264,9 @@ impl Tensor {
     }
 
     /// Batch normalization over every dim but dim 1. In training it uses the batch's
-    /// statistics (mixing samples, so koila does not split it) and updates the running
-    /// statistics, when given, each time it is evaluated.
+    /// statistics (mixing samples, so koila does not split it unless
+    /// [`set_batch_stats`](crate::set_batch_stats) allows statistics per chunk) and updates
+    /// the running statistics, when given, each time it is evaluated.
     #[allow(clippy::too_many_arguments)]
     pub fn batch_norm(
         &self,

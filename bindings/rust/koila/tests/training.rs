@@ -2,7 +2,7 @@
 //! the unsplit run's.
 mod common;
 
-use common::{assert_close, models_dir, serial, splitting_budget, Budget};
+use common::{assert_close, mlp_loss, models_dir, serial, splitting_budget, Budget};
 use koila::{AdamOptions, Code, DType, Mode, Module, Optimizer, Plan, Reduction, SgdOptions, Tensor};
 
 fn param(data: &[f32], shape: &[i64]) -> Tensor {
@@ -90,32 +90,6 @@ fn optimizer_arguments_are_checked() {
     assert_eq!(Optimizer::sgd(&[&plain], SgdOptions::new(0.1)).unwrap_err().code(), Code::InvalidArgument);
     let l = p.lazy(0).unwrap();
     assert_eq!(Optimizer::sgd(&[&l], SgdOptions::new(0.1)).unwrap_err().code(), Code::InvalidArgument);
-}
-
-/// An MLP built from koila's ops over a lazy batch; returns the loss and its parameters.
-fn mlp_loss(batch: i64) -> (Tensor, Vec<Tensor>) {
-    koila::manual_seed(3).unwrap();
-    let x = Tensor::randn(&[batch, 64], DType::Float32, "cpu").unwrap();
-    let labels: Vec<i64> = (0..batch).map(|i| (i * 7) % 10).collect();
-    let y = Tensor::from_slice(&labels, &[batch]).unwrap();
-    let mk = |shape: &[i64]| {
-        let mut p = Tensor::randn(shape, DType::Float32, "cpu").unwrap().mul_scalar(0.1).unwrap();
-        p.set_requires_grad(true).unwrap();
-        p
-    };
-    let params = vec![mk(&[256, 64]), mk(&[256]), mk(&[10, 256]), mk(&[10])];
-    let loss = x
-        .lazy(0)
-        .unwrap()
-        .linear(&params[0], Some(&params[1]))
-        .unwrap()
-        .tanh()
-        .unwrap()
-        .linear(&params[2], Some(&params[3]))
-        .unwrap()
-        .cross_entropy(&y.lazy(0).unwrap(), Reduction::Mean)
-        .unwrap();
-    (loss, params)
 }
 
 #[test]

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+use koila::{DType, Reduction, Tensor};
+
 /// Tests that change or measure process-wide state (the memory budget, the random seed,
 /// bytes in use) hold this lock, so `cargo test`'s parallel threads cannot disturb them.
 pub fn serial() -> MutexGuard<'static, ()> {
@@ -75,4 +77,32 @@ pub fn splitting_budget(loss: &koila::Tensor) -> u64 {
     let why = Plan::new(loss, Mode::Training).map(|p| p.describe().unwrap()).unwrap_or_else(|e| e.message().to_string());
     koila::set_memory_budget("cpu", 0).unwrap();
     panic!("no budget between {current} and {full} bytes splits the batch; halfway: {why}");
+}
+
+/// A lazy batch of `batch` random samples through Linear(64, 256), tanh, Linear(256, 10)
+/// and a mean cross-entropy (seeded, so the same each call); returns the loss and the
+/// parameters.
+pub fn mlp_loss(batch: i64) -> (Tensor, Vec<Tensor>) {
+    koila::manual_seed(3).unwrap();
+    let x = Tensor::randn(&[batch, 64], DType::Float32, "cpu").unwrap();
+    let labels: Vec<i64> = (0..batch).map(|i| (i * 7) % 10).collect();
+    let y = Tensor::from_slice(&labels, &[batch]).unwrap();
+    let mk = |shape: &[i64]| {
+        let mut p = Tensor::randn(shape, DType::Float32, "cpu").unwrap().mul_scalar(0.1).unwrap();
+        p.set_requires_grad(true).unwrap();
+        p
+    };
+    let params = vec![mk(&[256, 64]), mk(&[256]), mk(&[10, 256]), mk(&[10])];
+    let loss = x
+        .lazy(0)
+        .unwrap()
+        .linear(&params[0], Some(&params[1]))
+        .unwrap()
+        .tanh()
+        .unwrap()
+        .linear(&params[2], Some(&params[3]))
+        .unwrap()
+        .cross_entropy(&y.lazy(0).unwrap(), Reduction::Mean)
+        .unwrap();
+    (loss, params)
 }
