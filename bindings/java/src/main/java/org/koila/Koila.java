@@ -3,8 +3,8 @@ package org.koila;
 import org.koila.raw.KoilaNative;
 
 /**
- * Library-wide functions: version, random seed, and the memory budget and measurements of a
- * device.
+ * Library-wide functions: version, random seed, the memory budget and measurements of a
+ * device, and chunking options.
  *
  * <p>Devices are strings: {@code "cpu"}, {@code "cuda"}, {@code "cuda:N"}. Byte counts are
  * {@code long}s (the C side uses unsigned 64-bit integers; no real count reaches 2^63).
@@ -62,6 +62,25 @@ public final class Koila {
   /** Starts a new peak measurement on a device: the peak becomes the current usage. */
   public static void memoryResetPeak(String device) {
     KoilaException.check(KoilaNative.koila_memory_reset_peak(device));
+  }
+
+  /**
+   * Sets how batch norm in training is chunked, for plans made from now on (every read and
+   * backward plans). One setting for the process; thread-safe. {@link Plan#describe()} says
+   * when statistics per chunk applied.
+   */
+  public static void setBatchStats(BatchStats policy) {
+    if (policy == null) throw KoilaException.invalid("argument 'policy' is null");
+    KoilaException.check(KoilaNative.koila_set_batch_stats(policy.value()));
+  }
+
+  /**
+   * Sets which chunk size plans pick among those that fit the budget, for plans made from
+   * now on. One setting for the process; thread-safe.
+   */
+  public static void setChunking(Chunking policy) {
+    if (policy == null) throw KoilaException.invalid("argument 'policy' is null");
+    KoilaException.check(KoilaNative.koila_set_chunking(policy.value()));
   }
 
   /**

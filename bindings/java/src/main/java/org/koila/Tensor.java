@@ -1109,8 +1109,9 @@ public final class Tensor extends NativeHandle {
 
   /**
    * Batch normalization over every dim but dim 1. In training it uses the batch statistics
-   * (which mixes samples across the batch) and updates the running statistics, when given,
-   * each time it is evaluated.
+   * (which mixes samples across the batch, so koila does not split it unless {@link
+   * Koila#setBatchStats} allows statistics per chunk) and updates the running statistics, when
+   * given, each time it is evaluated.
    *
    * @param weight [C], or null
    * @param bias [C], or null
