@@ -29,7 +29,8 @@ module Koila
 include("LibKoila.jl")
 using .LibKoila
 using .LibKoila: koila_tensor, koila_status, koila_plan, koila_module, koila_optimizer,
-                 koila_code, koila_dtype, koila_reduction, koila_mode
+                 koila_code, koila_dtype, koila_reduction, koila_mode, koila_batch_stats,
+                 koila_chunking
 
 # Functions named like Base's, kept in this module (use them qualified: Koila.zeros).
 function zeros end
@@ -51,6 +52,7 @@ include("tensor.jl")
 include("ops.jl")
 include("broadcast.jl")
 include("memory.jl")
+include("chunking.jl")
 include("progress.jl")
 include("modules.jl")
 
@@ -64,7 +66,7 @@ export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, lo
        scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes,
        describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
-       manual_seed!, set_progress!
+       manual_seed!, set_batch_stats!, set_chunking!, set_progress!
 export TorchModule, forward, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, Optimizer, SGD, Adam, step!
 

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 8304e0ddca480e2b0b3232000d1db1550a912476e80b46d0730a28cf8cdf4f01
+# Header sha256: 4fc2579325269d6bf6d3c340563bd7defc1795dbd4d1736085912292513c1e38
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -155,6 +155,16 @@ end
     KOILA_MODE_TRAINING = 1
 end
 
+@enum koila_batch_stats::Cint begin
+    KOILA_BATCH_STATS_EXACT = 0
+    KOILA_BATCH_STATS_PER_CHUNK = 1
+end
+
+@enum koila_chunking::Cint begin
+    KOILA_CHUNK_LARGEST = 0
+    KOILA_CHUNK_FASTEST = 1
+end
+
 # ----------------------------------------------------------------------------------------
 # Callbacks: C function pointers, passed as a @cfunction (a Ptr{Cvoid}) or C_NULL
 # ----------------------------------------------------------------------------------------
@@ -208,6 +218,8 @@ const _fptr_koila_plan_full_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_budget_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_describe = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_set_batch_stats = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_set_chunking = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_progress = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_add = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_sub = Ref{Ptr{Cvoid}}(C_NULL)
@@ -329,6 +341,8 @@ const _FUNCTIONS = (
     (:koila_plan_budget_bytes, _fptr_koila_plan_budget_bytes),
     (:koila_plan_describe, _fptr_koila_plan_describe),
     (:koila_plan_free, _fptr_koila_plan_free),
+    (:koila_set_batch_stats, _fptr_koila_set_batch_stats),
+    (:koila_set_chunking, _fptr_koila_set_chunking),
     (:koila_set_progress, _fptr_koila_set_progress),
     (:koila_add, _fptr_koila_add),
     (:koila_sub, _fptr_koila_sub),
@@ -861,6 +875,28 @@ function koila_plan_free(p)
     fptr = _fptr_koila_plan_free[]
     fptr == C_NULL && _not_loaded(:koila_plan_free)
     ccall(fptr, Cvoid, (Ptr{koila_plan},), p)
+end
+
+"""
+    koila_set_batch_stats(policy) -> Ptr{koila_status}
+
+C: `koila_status *koila_set_batch_stats(koila_batch_stats policy);`
+"""
+function koila_set_batch_stats(policy)
+    fptr = _fptr_koila_set_batch_stats[]
+    fptr == C_NULL && _not_loaded(:koila_set_batch_stats)
+    ccall(fptr, Ptr{koila_status}, (koila_batch_stats,), policy)
+end
+
+"""
+    koila_set_chunking(policy) -> Ptr{koila_status}
+
+C: `koila_status *koila_set_chunking(koila_chunking policy);`
+"""
+function koila_set_chunking(policy)
+    fptr = _fptr_koila_set_chunking[]
+    fptr == C_NULL && _not_loaded(:koila_set_chunking)
+    ccall(fptr, Ptr{koila_status}, (koila_chunking,), policy)
 end
 
 """

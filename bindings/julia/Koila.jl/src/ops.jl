@@ -263,7 +263,8 @@ _required(x, what) = x
 
 Normalizes over every dim but dim 2 (the channels; PyTorch's dim 1). In training it uses
 the batch statistics (and updates the running statistics, when given, each time it is
-evaluated), which mixes samples across the batch.
+evaluated), which mixes samples across the batch: koila does not split it unless
+`set_batch_stats!(:per_chunk)` allows statistics per chunk.
 """
 batch_norm(x::Tensor; weight::Union{Tensor,Nothing} = nothing, bias::Union{Tensor,Nothing} = nothing,
            running_mean::Union{Tensor,Nothing} = nothing, running_var::Union{Tensor,Nothing} = nothing,

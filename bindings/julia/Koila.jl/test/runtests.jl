@@ -522,6 +522,158 @@ end
     end
 end
 
+# Linear(32, dh), BatchNorm1d(dh) in training (running statistics from zeros and ones),
+# ReLU, Linear(dh, 10), mean cross-entropy, over a lazy batch of n random samples. Wide and
+# thin, so that activations, not parameters, dominate even for 64 samples.
+function lazy_batchnorm_loss(seed, n; dh = 1024)
+    Koila.manual_seed!(seed)
+    data = Koila.randn(n, 32)
+    labels = Tensor(Int64[(3k) % 10 for k in 0:n-1])
+    params = [requires_grad!(Koila.randn(shape...) .* 0.1) for shape in ((dh, 32), (dh,), (dh,), (dh,), (10, dh))]
+    W1, b1, gamma, beta, W2 = params
+    running_mean, running_var = Koila.zeros(dh), Koila.ones(dh)
+    normed = batch_norm(linear(lazy(data, 1), W1, b1); weight = gamma, bias = beta,
+                        running_mean = running_mean, running_var = running_var,
+                        training = true, momentum = 0.1)
+    loss = cross_entropy(linear(relu(normed), W2), lazy(labels, 1))
+    return (loss = loss, data = data, params = params,
+            running_mean = running_mean, running_var = running_var)
+end
+
+# Sets the largest CPU budget, in twentieths of what the unsplit backward from `loss` adds
+# to what is in use, under which that backward runs in more than one chunk; false (and the
+# automatic budget) when there is none.
+function set_splitting_budget!(loss)
+    set_memory_budget!(0)
+    GC.gc()
+    current = memory_stats().current
+    fullpeak = full_peak_bytes(Plan(loss, :training))
+    fullpeak > current || return false
+    for twentieths in 19:-1:1
+        set_memory_budget!(current + (fullpeak - current) * twentieths ÷ 20)
+        chunks = try
+            num_chunks(Plan(loss, :training))
+        catch err
+            err isa KoilaError || rethrow()
+            0
+        end
+        chunks > 1 && return true
+    end
+    set_memory_budget!(0)
+    return false
+end
+
+@testset "chunking options: the setters" begin
+    try
+        for policy in (:exact, :per_chunk, LibKoila.KOILA_BATCH_STATS_EXACT, LibKoila.KOILA_BATCH_STATS_PER_CHUNK)
+            @test set_batch_stats!(policy) === nothing
+        end
+        for policy in (:largest, :fastest, LibKoila.KOILA_CHUNK_LARGEST, LibKoila.KOILA_CHUNK_FASTEST)
+            @test set_chunking!(policy) === nothing
+        end
+        koila_error(() -> set_batch_stats!(:exactly), KOILA_ERROR_INVALID_ARGUMENT; contains = ":per_chunk")
+        koila_error(() -> set_chunking!(:slowest), KOILA_ERROR_INVALID_ARGUMENT; contains = ":fastest")
+        # The C functions refuse a value outside their enum.
+        for (setter, T) in ((LibKoila.koila_set_batch_stats, LibKoila.koila_batch_stats),
+                            (LibKoila.koila_set_chunking, LibKoila.koila_chunking))
+            status = setter(reinterpret(T, Cint(7)))
+            @test status != C_NULL
+            @test LibKoila.koila_status_code(status) == KOILA_ERROR_INVALID_ARGUMENT
+            LibKoila.koila_status_free(status)
+        end
+    finally
+        set_batch_stats!(:exact)
+        set_chunking!(:largest)
+    end
+end
+
+@testset "batch norm in training splits only with statistics per chunk" begin
+    net = lazy_batchnorm_loss(11, 64)
+    loss = net.loss
+    try
+        @test num_chunks(Plan(loss, :training)) == 1
+        # A budget under which the batch splits (found with statistics per chunk).
+        set_batch_stats!(:per_chunk)
+        @test set_splitting_budget!(loss)
+
+        # :exact: batch norm couples the batch; the error names the option.
+        set_batch_stats!(:exact)
+        koila_error(() -> Plan(loss, :training), KOILA_ERROR_NOT_SPLITTABLE;
+                    contains = "koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK)")
+        koila_error(() -> backward!(loss), KOILA_ERROR_NOT_SPLITTABLE)
+        @test all(p -> grad(p) === nothing, net.params)
+        @test all(iszero, Array(net.running_mean))
+
+        # :per_chunk: the same graph plans split and says so; the backward runs.
+        set_batch_stats!(:per_chunk)
+        plan = Plan(loss, :training)
+        @test num_chunks(plan) > 1
+        @test occursin("Batch statistics: per chunk", describe(plan))
+        backward!(loss)
+        for p in net.params
+            g = grad(p)
+            @test g !== nothing
+            g === nothing && continue
+            @test all(isfinite, Array(g)) && any(!iszero, Array(g))
+        end
+        # One update of the running statistics with the whole batch's, as an unsplit run.
+        h = Array(linear(net.data, net.params[1], net.params[2]))
+        n = size(h, 1)
+        m = vec(sum(h; dims = 1)) ./ n
+        v = vec(sum((h .- m') .^ 2; dims = 1)) ./ (n - 1)
+        @test Array(net.running_mean) ≈ 0.1f0 .* m rtol = 1e-4 atol = 1e-5
+        @test Array(net.running_var) ≈ 0.9f0 .+ 0.1f0 .* v rtol = 1e-4 atol = 1e-5
+    finally
+        set_batch_stats!(:exact)
+        set_memory_budget!(0)
+    end
+end
+
+@testset "statistics per chunk leave an unsplit run unchanged" begin
+    exact = lazy_batchnorm_loss(12, 64)
+    exact_loss = item(exact.loss)
+    backward!(exact.loss)
+    try
+        set_batch_stats!(:per_chunk)
+        per_chunk = lazy_batchnorm_loss(12, 64)
+        @test num_chunks(Plan(per_chunk.loss, :training)) == 1
+        @test item(per_chunk.loss) == exact_loss
+        backward!(per_chunk.loss)
+        @test [Array(grad(p)) for p in per_chunk.params] == [Array(grad(p)) for p in exact.params]
+        @test Array(per_chunk.running_mean) == Array(exact.running_mean)
+        @test Array(per_chunk.running_var) == Array(exact.running_var)
+    finally
+        set_batch_stats!(:exact)
+    end
+end
+
+@testset "fastest chunking gives the same results" begin
+    loss, params = lazy_mlp_loss(13, 200)
+    expected_loss = item(loss)
+    backward!(loss)
+    expected = [Array(grad(p)) for p in params]
+    try
+        set_chunking!(:fastest)
+        # Unsplit and under a budget that splits; several runs, as the candidates are timed.
+        for split in (false, true)
+            split && @test set_splitting_budget!(loss)
+            for _ in 1:3
+                plan = Plan(loss, :training)
+                @test peak_bytes(plan) <= budget_bytes(plan)
+                foreach(zero_grad!, params)
+                @test item(loss) ≈ expected_loss rtol = 1e-5
+                backward!(loss)
+                for (p, g) in zip(params, expected)
+                    @test Array(grad(p)) ≈ g rtol = 1e-4 atol = 1e-6
+                end
+            end
+        end
+    finally
+        set_chunking!(:largest)
+        set_memory_budget!(0)
+    end
+end
+
 models = get(ENV, "KOILA_TEST_MODELS", "")
 if isempty(models) || !isfile(joinpath(models, "mlp.pt"))
     @warn "KOILA_TEST_MODELS is not set to a directory holding mlp.pt: module tests skipped"
