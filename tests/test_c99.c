@@ -265,6 +265,20 @@ int main(int argc, char **argv) {
     koila_tensor_free(b);
   }
 
+  /* Chunking options: every known value is taken, any other refused. */
+  ok(koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK));
+  ok(koila_set_batch_stats(KOILA_BATCH_STATS_EXACT));
+  ok(koila_set_chunking(KOILA_CHUNK_FASTEST));
+  ok(koila_set_chunking(KOILA_CHUNK_LARGEST));
+  s = koila_set_batch_stats((koila_batch_stats)2);
+  CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(koila_status_message(s), "koila_set_batch_stats") != NULL);
+  koila_status_free(s);
+  s = koila_set_chunking((koila_chunking)-1);
+  CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(koila_status_message(s), "koila_set_chunking") != NULL);
+  koila_status_free(s);
+
   if (argc > 1)
     module_checks(argv[1]);
   else {

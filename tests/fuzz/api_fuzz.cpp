@@ -701,6 +701,24 @@ std::vector<Entry> make_table() {
     };
     check(koila_set_progress(on ? fn : nullptr, &calls), "koila_set_progress");
   });
+  // Chunking options, with any int: a known value is taken, any other refused as an invalid
+  // argument. Either setting only changes how runs split (statistics per chunk change the
+  // results of batch norm in training, which this fuzzer does not compare), so it may stay
+  // in force for the rest of the program; free_all restores the defaults.
+  auto chunking_option = [](const char* fn, koila_status* (*set)(int), int count) {
+    return [fn, set, count](State& st) {
+      const int policy = enum_value(st, count);
+      note(std::string(fn) + " " + std::to_string(policy));
+      koila_status* s = set(policy);
+      const koila_code code = koila_status_code(s);
+      check(s, fn);
+      const koila_code expected = policy >= 0 && policy < count ? KOILA_OK : KOILA_ERROR_INVALID_ARGUMENT;
+      if (code != expected)
+        die(std::string(fn) + "(" + std::to_string(policy) + ") returned code " + std::to_string(static_cast<int>(code)));
+    };
+  };
+  add("koila_set_batch_stats", 1, chunking_option("koila_set_batch_stats", fuzz_set_batch_stats, 2));
+  add("koila_set_chunking", 1, chunking_option("koila_set_chunking", fuzz_set_chunking, 2));
   add("koila_plan_describe", 1, [](State& st) {
     koila_plan* p = pick_plan(st);
     note("koila_plan_describe");
@@ -1035,6 +1053,8 @@ void free_all(State& st) {
   st.modules.clear();
   koila_status_free(koila_set_memory_budget("cpu", 0));
   koila_status_free(koila_set_progress(nullptr, nullptr));
+  koila_status_free(koila_set_batch_stats(KOILA_BATCH_STATS_EXACT));
+  koila_status_free(koila_set_chunking(KOILA_CHUNK_LARGEST));
 }
 
 // Runs `calls` steps (or until a buffer runs out).
