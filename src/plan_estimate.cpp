@@ -81,7 +81,10 @@ void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun&
   }
 }
 
-uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks) {
+// `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
+// dropped instead of added into .grad.
+uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks,
+                  bool commit) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes, mode);
@@ -91,6 +94,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chu
   run.leaf = [&leaves](const Node& node) { return leaves(node); };
   run.grad_is_zero = [&leaves](const at::Tensor& stand_in) { return leaves.grad_is_zero(stand_in); };
   run.meta = true;
+  run.commit = commit;
   MetaAllocationScope scope;
   run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
   return scope.peak();
@@ -174,14 +178,14 @@ Estimator::Estimator(const NodePtr& root, const Analysis& a, Mode mode)
 int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
 
 // Under the record's lock.
-bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes) {
+bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe) {
   GraphRecord& r = *record_;
   if (!r.simulation_failure.empty()) return false;
-  const auto key = std::make_pair(chunk, max_chunks);
+  const auto key = std::make_pair(chunk, as_probe ? -max_chunks : max_chunks);  // probes: negative counts
   auto found = r.simulated.find(key);
   if (found == r.simulated.end()) {
     try {
-      found = r.simulated.emplace(key, simulate(root_, a_, mode_, chunk, max_chunks)).first;
+      found = r.simulated.emplace(key, simulate(root_, a_, mode_, chunk, max_chunks, !as_probe)).first;
     } catch (...) {
       r.simulation_failure = reason(std::current_exception());
       return false;
@@ -192,7 +196,9 @@ bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes) {
 }
 
 // Under the record's lock: real probes of the first chunk of 2 and 4 samples (2 alone for
-// batches under 8, 1 for a batch of 2), each against the simulation of the same chunk. Not
+// batches under 8, 1 for a batch of 2), each against the simulation of the same probe (a
+// probe holds gradients differently from a run: all of them at once before dropping them,
+// where a run adds each into a zeroed .grad as it comes). Not
 // one sample: backends choose other kernels for it (oneDNN reorders convolution weights
 // only for more), and batch norm in training needs two. Two sizes, because some backend
 // temporaries grow with the chunk.
@@ -204,7 +210,7 @@ void Estimator::calibrate() {
   else if (a_.splits(1)) sizes = {1};
   for (int64_t samples : sizes) {
     uint64_t sim = 0;
-    if (!simulated(samples, 1, &sim)) return;
+    if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return;
     if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) break;  // no room: later
     r.probed = true;
     try {

@@ -54,7 +54,9 @@ class Estimator {
 
  private:
   int64_t normalized(int64_t chunk) const;
-  bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes);
+  // `as_probe`: the simulation of a probe (gradients computed and dropped, as probe() runs)
+  // rather than of a run, so that calibration compares like with like.
+  bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
   void calibrate();
   void fit();
 
