@@ -185,10 +185,11 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* Reads and koila_backward plan before they run: they estimate the peak memory of the    */
 /* work (parameters, gradients, inputs, activations kept for backward, temporaries, each  */
 /* freed at its last use), and when the whole batch does not fit the device's budget they */
-/* run it in chunks of the largest power of two of samples that fits. Results and         */
-/* gradients equal the unsplit ones (up to floating-point summation order). Dropout in    */
-/* training draws its masks chunk by chunk, so they differ from an unsplit run's masks    */
-/* (as two unsplit runs' masks differ).                                                   */
+/* run it in chunks of the largest power of two of samples that fits (koila_set_chunking  */
+/* can pick the fastest chunk that fits instead). Results and gradients equal the         */
+/* unsplit ones (up to floating-point summation order). Dropout in training draws its     */
+/* masks chunk by chunk, so they differ from an unsplit run's masks (as two unsplit runs' */
+/* masks differ).                                                                         */
 /*                                                                                        */
 /* Where estimates come from (the plan's description names it): the run's own chunk       */
 /* strategy simulated on meta tensors, nothing computed; calibrated by real probes of     */
@@ -290,17 +291,31 @@ typedef enum koila_batch_stats {
 KOILA_API koila_status *koila_set_batch_stats(koila_batch_stats policy);
 
 /* Which chunk size a plan picks among those that fit the budget. Global, thread-safe; read
-   when a plan is made, and the plan's description says which applied and why.
+   when a plan is made; under FASTEST the plan's description says which chunk and why.
      - LARGEST (the default): the whole batch if it fits, else the largest power of two.
-     - FASTEST: among the chunk sizes that fit (powers of two, and the whole batch when it
-       fits), the one measured fastest. The first runs of a graph structure (in the same
-       mode and on the same device, under the same budget) time the candidates, one per
-       run, from the largest down, and stop early once a candidate is slower than the best
-       so far by 25% or more (smaller chunks rarely win back); later runs use the winner, remembered per
-       graph structure with the plan memo (koila.h's Memory section). Until the candidates
-       are measured, a plan shows the candidate the next run times. Results stay equal to
-       the unsplit ones up to float rounding. An unknown value is
-       KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
+     - FASTEST: among the chunk sizes that fit, the one measured fastest. The candidates
+       are LARGEST's choice and the powers of two below it that fit, 5 at most (for a
+       batch of 256 that fits: 256, 128, 64, 32, 16). The first planned runs of a graph
+       structure (as the plan memo of the Memory section tells them apart: mode included,
+       and for a backward whether each .grad is absent, all zeros or neither) measure
+       them, largest first: each run times the next candidate (the run is the measurement;
+       nothing runs twice for it), and a candidate's time is the faster of its two runs,
+       so at most 10 runs measure. Measuring stops early at a candidate 25% or more slower
+       than the best before it (smaller chunks rarely win back). Later runs use the
+       fastest measured candidate that still fits, a smaller chunk counting as faster than
+       a larger one only when it is 5% faster or more (timings vary by a few percent from
+       run to run); the times are remembered per structure, so a budget that changes
+       changes only the candidates (one that shrinks lets smaller ones in, which are then
+       measured). A run's time is its wall-clock time by a steady clock, planning excluded
+       (a CUDA device is synchronized at both ends), and includes whatever slows it, such
+       as runs on other threads; a run that runs out of memory and retries with a smaller
+       chunk records no time. A plan (koila_plan_new too, with .grad as the run will find
+       it) shows the chunk the next run uses and says why: the candidate it measures
+       ("measuring candidate 2 of 5"), or the fastest with the times measured. Results
+       stay equal to the unsplit ones up to float rounding. A batch that cannot be split,
+       and batch norm under KOILA_BATCH_STATS_PER_CHUNK (where the chunk size changes the
+       results), keep LARGEST's choice.
+   An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
 typedef enum koila_chunking {
   KOILA_CHUNK_LARGEST = 0, /* default: whole batch if it fits, else the largest power of two */
   KOILA_CHUNK_FASTEST = 1  /* among the chunk sizes that fit, the one measured fastest */

@@ -4,7 +4,8 @@
 //     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
 //     devices, batch dims, gradient flags and, for training, whether each .grad is absent,
 //     all zeros or neither), so that a graph rebuilt every step is simulated and probed
-//     once, not every step.
+//     once, not every step; and, under KOILA_CHUNK_FASTEST, how long runs of each chunk
+//     size took (fastest.h).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "fastest.h"
 #include "graph.h"
 #include "plan_analysis.h"
 
@@ -40,6 +42,7 @@ struct GraphRecord {
   std::map<int64_t, uint64_t> probes;  // the fit's probes: chunk -> measured extra bytes
   double intercept = 0, slope = 0;     // the fit: extra = intercept + slope * chunk
   std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured
+  ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
 };
 
 // The record for the structure of `root` in `mode` (with the gradient flags and .grad its

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -10,8 +12,10 @@
 #include "chunking_options.h"
 #include "error.h"
 #include "executor.h"
+#include "fastest.h"
 #include "memory.h"
 #include "plan_estimate.h"
+#include "plan_memo.h"
 #include "progress.h"
 #include "reservations.h"
 #include "types.h"
@@ -70,6 +74,40 @@ bool fits(const Plan& p, uint64_t extra) {
   return total <= static_cast<double>(p.budget);
 }
 
+int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
+
+// KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
+// timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
+void choose_fastest_chunk(const NodePtr& root, const Analysis& a, Mode mode, Estimator& estimator, Plan& p) {
+  if (a.batch < 0 || !fits(p, p.extra)) return;  // no batch to split, or nothing fits
+  if (!p.coupled.empty()) {
+    p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
+    return;
+  }
+  if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
+    p.chunk_choice = "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
+                     "the chunk size changes the results";
+    return;
+  }
+  std::map<int64_t, uint64_t> extras{{p.chunk, p.extra}};
+  const std::vector<int64_t> candidates = fastest_candidates(p.chunk, [&](int64_t chunk) {
+    const uint64_t extra = estimator.extra(chunk);
+    extras[chunk] = extra;
+    return fits(p, extra);
+  });
+  FastestChoice choice;
+  {
+    const std::shared_ptr<GraphRecord> record = graph_record(root, a, mode);
+    std::lock_guard<std::mutex> lock(record->mutex);
+    choice = choose_fastest(candidates, a.batch, record->timings);
+  }
+  p.chunk = choice.chunk;
+  p.chunks = chunks_of(a.batch, choice.chunk);
+  p.extra = extras.at(choice.chunk);
+  p.timed = choice.timed;
+  p.chunk_choice = choice.reason;
+}
+
 Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
   if (mode == Mode::Training) check_loss(root);
   Plan p;
@@ -88,6 +126,7 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
   estimator.set_room(p.budget > p.current + p.others ? p.budget - p.current - p.others : 0);
   p.batch = a.batch;
   p.batch_stats = batch_stats();
+  p.chunking = chunking();
   p.coupled = coupling(a, p.batch_stats);
   p.full_extra = (estimator.extra(-1));
   p.chunk = a.batch;
@@ -112,7 +151,7 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
     }
     if (best > 0) {
       p.chunk = best;
-      p.chunks = (a.batch + best - 1) / best;
+      p.chunks = chunks_of(a.batch, best);
       p.extra = best_extra;
     } else {
       p.chunk = 1;
@@ -120,6 +159,7 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
       p.extra = (estimator.extra(1));
     }
   }
+  if (p.chunking == KOILA_CHUNK_FASTEST) choose_fastest_chunk(root, a, mode, estimator, p);
   p.source = estimator.source();
   p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
   p.stats_coupled = a.stats_coupled;
@@ -132,7 +172,9 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
 // them), reserves the plan's estimate, and runs `attempt(chunk)` holding the budget as a
 // hard limit. After an out-of-memory error (an estimate that fell short, or a device that
 // ran out) it records what the chunk needed at least and retries with half the chunk.
-// Every run's measured peak is recorded for later plans of the same graph.
+// Every run's measured peak is recorded for later plans of the same graph, and under
+// KOILA_CHUNK_FASTEST the time of a run that measures a candidate (not of a run that ran
+// out of memory, nor of its retries).
 template <class F>
 Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
   check_not_in_progress_callback();
@@ -152,16 +194,26 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
       wait_for_run_to_end(device, ended);  // it may fit once they are done
       continue;
     }
+    // Taken before the run: a backward changes the .grad that the structure's key covers.
+    const std::shared_ptr<GraphRecord> timed_record = plan.timed ? graph_record(root, a, mode) : nullptr;
     for (;;) {
       RunMemory usage(plan.device);
       Reservation reserved(plan.device, with_margin(plan.extra), usage);
       if (planning.owns_lock()) planning.unlock();
       try {
+        double seconds = 0;
         {
           BudgetScope hard_limit(plan.device, plan.budget);
-          attempt(a, plan);
+          if (plan.timed)
+            seconds = timed_run(plan.device, plan.chunk, [&] { attempt(a, plan); });
+          else
+            attempt(a, plan);
         }
         estimator.record_run(plan.chunk, usage.peak());
+        if (plan.timed) {
+          std::lock_guard<std::mutex> lock(timed_record->mutex);
+          record_timing(timed_record->timings, plan.chunk, seconds);
+        }
         return plan;
       } catch (...) {
         const std::exception_ptr e = std::current_exception();
@@ -171,7 +223,12 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
         release_cached_memory(plan.device);
         if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) throw;
         plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);
-        plan.chunks = (a.batch + plan.chunk - 1) / plan.chunk;
+        plan.chunks = chunks_of(a.batch, plan.chunk);
+        if (plan.chunking == KOILA_CHUNK_FASTEST) {
+          plan.timed = false;  // a retry measures no candidate
+          plan.chunk_choice = "KOILA_CHUNK_FASTEST: the planned chunk ran out of memory; retried with chunks of " +
+                              std::to_string(plan.chunk) + ", not timed";
+        }
         plan.per_chunk_stats = per_chunk_stats(a, plan.batch_stats, plan.chunk);
         plan.extra = (estimator.extra(plan.chunk));
       }
@@ -210,6 +267,9 @@ std::string Plan::describe() const {
     os << " It does not fit, and there is no lazy batch to split (wrap the input with koila_lazy and a batch dim).";
   } else if (!fits_unsplit && !fits(*this, extra)) {
     os << " Not even a chunk of one sample fits.";
+  } else if (!chunk_choice.empty()) {
+    os << (!fits_unsplit ? " The unsplit run does not fit. " : split ? " The unsplit run fits. " : " It fits unsplit. ")
+       << chunk_choice << ".";
   } else if (split) {
     os << " The unsplit run does not fit; " << chunk << " is the largest power of two whose chunks fit.";
   } else {

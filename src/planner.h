@@ -1,12 +1,14 @@
 // The batch planner: estimates the peak memory of evaluating a graph (FORWARD) or of a
 // backward from it (TRAINING) for a given chunk of the batch, picks the largest chunk that
-// fits the device's budget, and runs the batch chunk by chunk so that results and
-// gradients equal the unsplit ones.
+// fits the device's budget (or, under KOILA_CHUNK_FASTEST, the fastest measured of those
+// that fit), and runs the batch chunk by chunk so that results and gradients equal the
+// unsplit ones.
 //
 // The pieces, one job each: plan_analysis (where the batch goes), chunked_run (the chunk
 // strategy, shared by runs, simulations and probes), plan_estimate (figures and where they
 // came from), plan_memo (what is remembered per graph structure), reservations (one budget
-// for many threads); this file searches the chunk and runs it.
+// for many threads), fastest (KOILA_CHUNK_FASTEST's candidates and choice); this file
+// searches the chunk and runs it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,6 +32,9 @@ struct Plan {
   koila_batch_stats batch_stats = KOILA_BATCH_STATS_EXACT;  // the policy in force when planned
   bool per_chunk_stats = false;  // batch norm in training computes each chunk's own statistics
   std::string stats_coupled;     // the op that couples the batch through its statistics, if any
+  koila_chunking chunking = KOILA_CHUNK_LARGEST;  // the policy in force when planned
+  bool timed = false;            // FASTEST: the run times its chunk as a candidate (fastest.h)
+  std::string chunk_choice;      // FASTEST: how the chunk was chosen (candidates, timings)
   uint64_t current = 0;       // bytes in use on the device when planned
   uint64_t others = 0;        // bytes reserved by runs on other threads and not yet allocated
   uint64_t budget = 0;
