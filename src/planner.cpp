@@ -79,7 +79,7 @@ int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / c
 // KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
 // timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
 void choose_fastest_chunk(const NodePtr& root, const Analysis& a, Mode mode, Estimator& estimator, Plan& p) {
-  if (a.batch < 0 || !fits(p, p.extra)) return;  // no batch to split, or nothing fits
+  if (a.batch <= 0 || !fits(p, p.extra)) return;  // no batch to split (or an empty one), or nothing fits
   if (!p.coupled.empty()) {
     p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
     return;

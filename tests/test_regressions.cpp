@@ -283,3 +283,17 @@ TEST(Regression, GeluFollowedByAPermuteHasRightGradients) {
   EXPECT_TRUE(at::allclose(data.grad().to(at::kDouble), x64.grad(), 1e-4, 1e-6))
       << "koila " << data.grad() << "\nfloat64 reference " << x64.grad();
 }
+
+// Found by the API fuzzer (seed 1, call 22268): under KOILA_CHUNK_FASTEST a lazy batch of 0
+// samples made the chosen chunk 0 and the plan divided by it (SIGFPE). An empty batch is
+// one chunk of nothing, as under LARGEST.
+TEST(Regression, FastestChunkingOfAnEmptyBatch) {
+  ASSERT_OK(koila_set_chunking(KOILA_CHUNK_FASTEST));
+  Handle x = from_aten(at::zeros({0, 4}), 0);
+  Handle y = CALL(koila_exp, x.get());
+  const PlanInfo plan = plan_of(y.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(plan.batch, 0);
+  EXPECT_EQ(plan.chunks, 1);
+  EXPECT_EQ(to_aten(y.get()).sizes(), at::IntArrayRef({0, 4}));
+  ASSERT_OK(koila_set_chunking(KOILA_CHUNK_LARGEST));
+}
