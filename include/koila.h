@@ -277,8 +277,10 @@ KOILA_API void koila_plan_free(koila_plan *p);
        from the unsplit ones). Running statistics end as one update with the whole batch's
        mean and unbiased variance would leave them, combined exactly from the chunks'
        statistics: one update per evaluation or backward, as an unsplit run makes (a
-       module's num_batches_tracked counts one too); a failed run, a retry after running
-       out of memory included, leaves them as they were. An unsplit run is unchanged.
+       module's num_batches_tracked counts one too). An unsplit run is unchanged.
+   Under either policy, a planned run that fails (or rolls back to retry with a smaller
+   chunk after running out of memory) leaves the running statistics and counters as they
+   were, so that a retry updates them once.
    Other ops that mix samples still couple the batch. A module counts as coupled only by
    batch norm when, with its BatchNorm layers (submodules holding running_mean and
    running_var) switched to evaluation, changing one sample changes no other sample's

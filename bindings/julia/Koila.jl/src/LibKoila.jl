@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 4fc2579325269d6bf6d3c340563bd7defc1795dbd4d1736085912292513c1e38
+# Header sha256: 738e957905db046bd708a331792db959bd215383c042368d46a02ff69f4b7567
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
