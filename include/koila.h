@@ -301,22 +301,23 @@ KOILA_API koila_status *koila_set_batch_stats(koila_batch_stats policy);
        structure (as the plan memo of the Memory section tells them apart: mode included,
        and for a backward whether each .grad is absent, all zeros or neither) measure
        them, largest first: each run times the next candidate (the run is the measurement;
-       nothing runs twice for it), and a candidate's time is the faster of its two runs,
-       so at most 10 runs measure. Measuring stops early at a candidate 25% or more slower
-       than the best before it (smaller chunks rarely win back). Later runs use the
-       fastest measured candidate that still fits, a smaller chunk counting as faster than
-       a larger one only when it is 5% faster or more (timings vary by a few percent from
-       run to run); the times are remembered per structure, so a budget that changes
-       changes only the candidates (one that shrinks lets smaller ones in, which are then
-       measured). A run's time is its wall-clock time by a steady clock, planning excluded
-       (a CUDA device is synchronized at both ends), and includes whatever slows it, such
-       as runs on other threads; a run that runs out of memory and retries with a smaller
-       chunk records no time. A plan (koila_plan_new too, with .grad as the run will find
-       it) shows the chunk the next run uses and says why: the candidate it measures
-       ("measuring candidate 2 of 5"), or the fastest with the times measured. Results
-       stay equal to the unsplit ones up to float rounding. A batch that cannot be split,
-       and batch norm under KOILA_BATCH_STATS_PER_CHUNK (where the chunk size changes the
-       results), keep LARGEST's choice.
+       nothing runs twice for it), in two rounds over the candidates, and a candidate's
+       time is the faster of its two runs, so at most 10 runs measure. A round stops early
+       at a candidate 25% or more slower than the best before it (smaller chunks rarely
+       win back). Later runs use the fastest measured candidate that still fits, a smaller
+       chunk counting as faster than a larger one only when it is 10% faster or more
+       (timings vary by several percent from run to run); the times are remembered per
+       structure, so a budget that changes changes only the candidates (one that shrinks
+       lets smaller ones in, which are then measured). A run's time is its wall-clock time
+       by a steady clock, planning excluded (a CUDA device is synchronized at both ends),
+       and includes whatever slows it, such as runs on other threads; a run that runs out
+       of memory and retries with a smaller chunk records no time. A plan (koila_plan_new
+       too, with .grad as the run will find it) shows the chunk the next run uses and says
+       why: the candidate it measures ("measuring candidate 2 of 5 (chunks of 128), round
+       1 of 2"), or the fastest with the times measured. Results stay equal to the unsplit
+       ones up to float rounding. A batch that cannot be split, and batch norm under
+       KOILA_BATCH_STATS_PER_CHUNK (where the chunk size changes the results), keep
+       LARGEST's choice.
    An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
 typedef enum koila_chunking {
   KOILA_CHUNK_LARGEST = 0, /* default: whole batch if it fits, else the largest power of two */

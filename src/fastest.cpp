@@ -66,33 +66,43 @@ FastestChoice choose_fastest(const std::vector<int64_t>& candidates, int64_t bat
     choice.reason = "KOILA_CHUNK_FASTEST: one candidate (" + label(candidates[0], batch) + "), nothing to measure";
     return choice;
   }
+  // Round r walks the candidates largest first, by the fastest run of each so far, up to
+  // the first clearly slower than the best before it; the first met with fewer than r runs
+  // is the next to time. Rounds spread each candidate's runs apart in time, so that a
+  // passing disturbance (another process, a first run's warm-up) slows one run of several
+  // candidates rather than both runs of one.
   int64_t best = -1;
   double best_seconds = 0;
   std::string measured, stopped;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const int64_t chunk = candidates[i];
-    const auto found = timings.find(chunk);
-    const int runs = found == timings.end() ? 0 : found->second.runs;
-    if (runs < kTimedRunsPerCandidate) {
-      choice.chunk = chunk;
-      choice.timed = true;
-      choice.reason = "KOILA_CHUNK_FASTEST: measuring candidate " + std::to_string(i + 1) + " of " +
-                      std::to_string(candidates.size()) + " (" + label(chunk, batch) + ", timed run " +
-                      std::to_string(runs + 1) + " of " + std::to_string(kTimedRunsPerCandidate) + ")";
-      if (!measured.empty()) choice.reason += "; measured so far: " + measured;
-      return choice;
-    }
-    const double seconds = found->second.seconds;
-    append_measured(measured, chunk, batch, seconds);
-    if (best >= 0 && seconds >= kClearlySlower * best_seconds) {
-      if (i + 1 < candidates.size())
-        stopped = "; " + std::to_string(chunk) + " was " + percent(kClearlySlower - 1) +
-                  " or more slower than the best, smaller chunks were not timed";
-      break;
-    }
-    if (best < 0 || seconds <= kClearlyFaster * best_seconds) {
-      best = chunk;
-      best_seconds = seconds;
+  for (int round = 1; round <= kTimedRunsPerCandidate; ++round) {
+    best = -1;
+    measured.clear();
+    stopped.clear();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const int64_t chunk = candidates[i];
+      const auto found = timings.find(chunk);
+      const int runs = found == timings.end() ? 0 : found->second.runs;
+      if (runs < round) {
+        choice.chunk = chunk;
+        choice.timed = true;
+        choice.reason = "KOILA_CHUNK_FASTEST: measuring candidate " + std::to_string(i + 1) + " of " +
+                        std::to_string(candidates.size()) + " (" + label(chunk, batch) + "), round " +
+                        std::to_string(round) + " of " + std::to_string(kTimedRunsPerCandidate);
+        if (!measured.empty()) choice.reason += "; measured so far: " + measured;
+        return choice;
+      }
+      const double seconds = found->second.seconds;
+      append_measured(measured, chunk, batch, seconds);
+      if (best >= 0 && seconds >= kClearlySlower * best_seconds) {
+        if (i + 1 < candidates.size())
+          stopped = "; " + std::to_string(chunk) + " was " + percent(kClearlySlower - 1) +
+                    " or more slower than the best, smaller chunks were not timed";
+        break;
+      }
+      if (best < 0 || seconds <= kClearlyFaster * best_seconds) {
+        best = chunk;
+        best_seconds = seconds;
+      }
     }
   }
   choice.chunk = best;
@@ -103,9 +113,10 @@ FastestChoice choose_fastest(const std::vector<int64_t>& candidates, int64_t bat
                     " kept (no smaller chunk measured " + percent(1 - kClearlyFaster) + " or more faster)";
   else
     choice.reason = "KOILA_CHUNK_FASTEST: " + label(best, batch) + " measured fastest (" + ms(best_seconds) + " vs " +
-                    ms(largest_seconds) + " " + (largest >= batch ? "unsplit" : "in chunks of " + std::to_string(largest)) +
-                    ")";
-  choice.reason += "; measured (fastest of " + std::to_string(kTimedRunsPerCandidate) + " runs each): " + measured + stopped;
+                    ms(largest_seconds) + " " +
+                    (largest >= batch ? "unsplit" : "in chunks of " + std::to_string(largest)) + ")";
+  choice.reason +=
+      "; measured (fastest of " + std::to_string(kTimedRunsPerCandidate) + " runs each): " + measured + stopped;
   return choice;
 }
 

@@ -3,16 +3,17 @@
 //
 // The candidates are the chunk sizes that fit the budget, largest first (the whole batch
 // when it fits, then powers of two), at most kFastestCandidates of them. Each of the first
-// planned runs of a structure times the next candidate not yet measured (a real run is the
-// measurement: nothing runs twice for it); a candidate's time is the fastest of its
-// kTimedRunsPerCandidate runs, which discounts a first run's warm-up (LibTorch's kernels
-// prepare themselves per shape). Measuring stops early at the first candidate slower than
-// the best before it by kClearlySlower or more: smaller chunks rarely win back. Then every
-// run uses the fastest measured candidate that fits, where a smaller chunk counts as faster
-// than a larger one only by a margin (kClearlyFaster): timings vary by a few percent from
-// run to run, and a smaller chunk won by noise would cost rather than gain. The timings are
-// kept in the structure's GraphRecord (plan_memo.h), so a budget that changes only changes
-// the candidates, and one that shrinks measures the smaller ones it lets in.
+// planned runs of a structure times the next candidate (a real run is the measurement:
+// nothing runs twice for it), in kTimedRunsPerCandidate rounds over the candidates, largest
+// first in each; a candidate's time is the fastest of its runs, which discounts a first
+// run's warm-up (LibTorch's kernels prepare themselves per shape) and a passing
+// disturbance. A round stops early at the first candidate slower than the best before it by
+// kClearlySlower or more: smaller chunks rarely win back. Then every run uses the fastest
+// measured candidate that fits, where a smaller chunk counts as faster than a larger one
+// only by a margin (kClearlyFaster): timings vary by several percent from run to run, and a
+// smaller chunk won by noise would cost rather than gain. The timings are kept in the
+// structure's GraphRecord (plan_memo.h), so a budget that changes only changes the
+// candidates, and one that shrinks measures the smaller ones it lets in.
 //
 // The choice is a function of the candidates and the timings alone, so that it can be
 // tested without a clock (see testing::set_run_seconds).
@@ -28,10 +29,10 @@
 
 namespace koila {
 
-constexpr size_t kFastestCandidates = 5;    // the largest chunk that fits and 4 halvings
-constexpr int kTimedRunsPerCandidate = 2;   // a candidate's time: the fastest of this many runs
-constexpr double kClearlySlower = 1.25;     // measuring stops at a candidate this much slower
-constexpr double kClearlyFaster = 0.95;     // a smaller chunk wins when it takes at most this much
+constexpr size_t kFastestCandidates = 5;   // the largest chunk that fits and 4 halvings
+constexpr int kTimedRunsPerCandidate = 2;  // rounds: a candidate's time is the fastest of this many runs
+constexpr double kClearlySlower = 1.25;    // measuring stops at a candidate this much slower
+constexpr double kClearlyFaster = 0.90;    // a smaller chunk wins when it takes at most this much
 
 // What the runs of one chunk size took.
 struct ChunkTiming {
@@ -47,9 +48,9 @@ using ChunkTimings = std::map<int64_t, ChunkTiming>;
 std::vector<int64_t> fastest_candidates(int64_t largest, const std::function<bool(int64_t)>& fits);
 
 struct FastestChoice {
-  int64_t chunk = -1;      // the chunk size of the next run
-  bool timed = false;      // that run measures `chunk` as a candidate
-  std::string reason;      // for the plan's description
+  int64_t chunk = -1;  // the chunk size of the next run
+  bool timed = false;  // that run measures `chunk` as a candidate
+  std::string reason;  // for the plan's description
 };
 
 // The choice among `candidates` (largest first, non-empty) given what was measured.
