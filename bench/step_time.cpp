@@ -1,6 +1,8 @@
 // Benchmarks 2 and 3: the time of a training step (forward + backward, gradients into
 // .grad) through koila against the same step in plain LibTorch when the batch fits, and
-// the time of chunked steps under budgets of 1/2, 1/4 and 1/8 of the unsplit need.
+// the time of chunked steps under budgets of 1/2, 1/4 and 1/8 of the unsplit need. Then
+// (issue 13, item 3) KOILA_CHUNK_FASTEST against LARGEST when the batch fits: the chunk
+// FASTEST measured fastest, and both policies' step times.
 //
 //   step_time [device] [repeats]     (default cpu, 11)
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "fastest_compare.h"
 
 using namespace koila_models;
 using bench::check;
@@ -116,6 +119,38 @@ int main(int argc, char** argv) {
                   static_cast<long long>(chunk), static_cast<long long>(chunks), mib(estimated), mib(measured),
                   fraction >= 1 ? "-" : std::to_string(static_cast<long long>(mib(budget))).c_str(), 1e3 * t,
                   t / unsplit);
+    }
+    check(koila_set_memory_budget(device, 0), "koila_set_memory_budget");
+    m.zero_grad();
+  }
+
+  std::printf("\n## KOILA_CHUNK_FASTEST against LARGEST, the batch fits (%s, median of %d, interleaved)\n\n", device,
+              repeats);
+  std::printf("| model | batch | mode | LARGEST ms | FASTEST: chunk x n | ms | speed-up | runs measuring | FASTEST's account |\n");
+  std::printf("|---|---:|---|---:|---|---:|---:|---:|---|\n");
+  for (const Case& c : cases) {
+    const Setup setup(c, dev);
+    const Model& m = setup.m;
+    const Handle logits = m.features(setup.x.get());
+    const at::Tensor out = at::empty({c.batch, 10});
+    check(koila_set_memory_budget(device, uint64_t{1} << 50), "koila_set_memory_budget");
+    for (koila_mode mode : {KOILA_MODE_TRAINING, KOILA_MODE_FORWARD}) {
+      const bool training = mode == KOILA_MODE_TRAINING;
+      const fastest_bench::Comparison r = fastest_bench::compare_fastest(
+          training ? setup.loss.get() : logits.get(), mode, [&] { m.zero_grad(); },
+          [&] {
+            if (training) {
+              check(koila_backward(setup.loss.get()), "koila_backward");
+              if (!dev.is_cpu()) m.params()[0].grad().sum().item<float>();  // wait for the device
+            } else {
+              check(koila_tensor_to_host(logits.get(), out.data_ptr(), out.numel() * sizeof(float)), "to_host");
+            }
+          },
+          repeats);
+      std::printf("| %s | %lld | %s | %.1f | %lld x %lld | %.1f | %.2fx | %d | %s |\n", name(c.kind),
+                  static_cast<long long>(c.batch), training ? "training" : "forward", 1e3 * r.largest_seconds,
+                  static_cast<long long>(r.fastest_chunk), static_cast<long long>(r.fastest_chunks),
+                  1e3 * r.fastest_seconds, r.speedup(), r.measuring_runs, r.why.c_str());
     }
     check(koila_set_memory_budget(device, 0), "koila_set_memory_budget");
     m.zero_grad();
