@@ -20,8 +20,6 @@ using bench::mib;
 
 namespace {
 
-double median_time(int repeats, const std::function<void()>& step) { return bench::median_times(repeats, {step})[0]; }
-
 // One training step through koila: gradients from scratch, then wait for the device.
 void koila_step(const Model& m, const koila_tensor* loss, const at::Device& dev) {
   m.zero_grad();
@@ -80,7 +78,7 @@ int main(int argc, char** argv) {
     m.zero_grad();
   }
 
-  std::printf("\n## Chunked training step under smaller budgets (%s, median of %d)\n\n", device, repeats);
+  std::printf("\n## Chunked training step under smaller budgets (%s, median of %d, interleaved)\n\n", device, repeats);
   std::printf("budget = memory in use + a fraction of the estimated unsplit extra\n\n");
   std::printf("| model | batch | budget | chunk x n | est. peak MiB | meas. peak MiB | budget MiB | step ms | vs unsplit |\n");
   std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|\n");
@@ -96,29 +94,54 @@ int main(int argc, char** argv) {
     const uint64_t held = bench::memory(device).current;
     const uint64_t full_extra = koila_plan_full_peak_bytes(plan) - held;
     koila_plan_free(plan);
-    double unsplit = 0;
+    struct Row {
+      const char* budget_name = "";
+      uint64_t budget = 0;
+      std::string refused;  // why the plan was refused
+      int64_t chunk = 0, chunks = 0;
+      uint64_t estimated = 0, measured = 0;
+    };
+    std::vector<Row> rows;
     for (double fraction : {1.0, 0.5, 0.25, 0.125}) {
-      const uint64_t budget = fraction >= 1 ? uint64_t{1} << 50 : held + static_cast<uint64_t>(full_extra * fraction);
-      check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
+      Row r;
+      r.budget_name = fraction >= 1 ? "unlimited" : fraction == 0.5 ? "1/2" : fraction == 0.25 ? "1/4" : "1/8";
+      r.budget = fraction >= 1 ? uint64_t{1} << 50 : held + static_cast<uint64_t>(full_extra * fraction);
+      check(koila_set_memory_budget(device, r.budget), "koila_set_memory_budget");
       koila_status* s = koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING);
       if (s) {
-        std::printf("| %s | %lld | 1/%g | refused (%s) | | | | | |\n", name(c.kind), static_cast<long long>(c.batch),
-                    1 / fraction, koila_status_code(s) == KOILA_ERROR_OUT_OF_MEMORY ? "not one sample fits" : "error");
+        r.refused = koila_status_code(s) == KOILA_ERROR_OUT_OF_MEMORY ? "not one sample fits" : "error";
         koila_status_free(s);
+      } else {
+        r.chunk = koila_plan_chunk_size(plan);
+        r.chunks = koila_plan_num_chunks(plan);
+        r.estimated = koila_plan_peak_bytes(plan);
+        koila_plan_free(plan);
+      }
+      rows.push_back(r);
+    }
+    // The budgets take turns, step by step.
+    std::vector<std::function<void()>> steps;
+    for (Row& r : rows)
+      if (r.refused.empty()) steps.push_back([&, row = &r] {
+        check(koila_set_memory_budget(device, row->budget), "koila_set_memory_budget");
+        check(koila_memory_reset_peak(device), "koila_memory_reset_peak");
+        koila_step(m, loss.get(), dev);
+        row->measured = std::max(row->measured, bench::memory(device).peak);
+      });
+    const std::vector<double> t = bench::median_times(repeats, steps);
+    for (size_t k = 0, timed = 0; k < rows.size(); ++k) {
+      const Row& r = rows[k];
+      if (!r.refused.empty()) {
+        std::printf("| %s | %lld | %s | refused (%s) | | | | | |\n", name(c.kind), static_cast<long long>(c.batch),
+                    r.budget_name, r.refused.c_str());
         continue;
       }
-      const int64_t chunk = koila_plan_chunk_size(plan), chunks = koila_plan_num_chunks(plan);
-      const uint64_t estimated = koila_plan_peak_bytes(plan);
-      koila_plan_free(plan);
-      check(koila_memory_reset_peak(device), "koila_memory_reset_peak");
-      const double t = median_time(repeats, [&] { koila_step(m, loss.get(), dev); });
-      const uint64_t measured = bench::memory(device).peak;
-      if (fraction >= 1) unsplit = t;
+      const double seconds = t[timed++];
       std::printf("| %s | %lld | %s | %lld x %lld | %.1f | %.1f | %s | %.1f | %.2fx |\n", name(c.kind),
-                  static_cast<long long>(c.batch), fraction >= 1 ? "unlimited" : (fraction == 0.5 ? "1/2" : fraction == 0.25 ? "1/4" : "1/8"),
-                  static_cast<long long>(chunk), static_cast<long long>(chunks), mib(estimated), mib(measured),
-                  fraction >= 1 ? "-" : std::to_string(static_cast<long long>(mib(budget))).c_str(), 1e3 * t,
-                  t / unsplit);
+                  static_cast<long long>(c.batch), r.budget_name, static_cast<long long>(r.chunk),
+                  static_cast<long long>(r.chunks), mib(r.estimated), mib(r.measured),
+                  k == 0 ? "-" : std::to_string(static_cast<long long>(mib(r.budget))).c_str(), 1e3 * seconds,
+                  seconds / t[0]);
     }
     check(koila_set_memory_budget(device, 0), "koila_set_memory_budget");
     m.zero_grad();
