@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
         bench::check(koila_backward(loss.get()), "koila_backward");
         net.zero_grad();
       },
+      [&] { Handle loss = net.lazy_loss(xs); },
       [&] {
         at::Tensor h = xs;
         for (int i = 0; i < kLayers; ++i) h = at::tanh(at::linear(h, net.w[i], net.b[i]));
@@ -93,10 +94,10 @@ int main(int argc, char** argv) {
       },
   });
 
-  std::printf("| graph | first plan | rebuilt plan (median) | lazy step | eager step | lazy / eager |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
-  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.3f |\n",
+  std::printf("| graph | first plan | rebuilt plan (median) | lazy step | of which building | eager step | lazy / eager |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.1f ms | %.3f |\n",
               kLayers, kBatch, kWidth, 2 * kLayers + 1, first_plan * 1e3, bench::median(rebuilt) * 1e3,
-              times[0] * 1e3, times[1] * 1e3, times[0] / times[1]);
+              times[0] * 1e3, times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
   return 0;
 }
