@@ -121,6 +121,14 @@ ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state
       s.counters.push_back(t);
       s.counters_before.push_back(t.clone());
     }
+  if (!s.per_chunk) {
+    // Restoring needs no observer (which would see every op's arguments): the graph names
+    // the running statistics its batch norms update.
+    for (const Node* node : nodes)
+      for (const at::Tensor& t : node->stats_buffers) s.save(t);
+    s.on = true;
+    return;
+  }
   s.handle = at::addThreadLocalCallback(
       at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
   s.outer = active;
@@ -131,8 +139,10 @@ ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state
 ChunkStats::~ChunkStats() {
   State& s = *state_;
   if (!s.on) return;
-  active = s.outer;
-  at::removeCallback(s.handle);
+  if (s.per_chunk) {
+    active = s.outer;
+    at::removeCallback(s.handle);
+  }
   if (s.committed) return;
   try {
     s.restore();

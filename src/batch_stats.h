@@ -29,7 +29,8 @@ class ChunkStats {
  public:
   enum class Mode {
     Off,        // nothing observed or restored (simulations, probes, graphs without batch norm in training)
-    Restore,    // the kernels update the running statistics; a pass that fails restores them
+    Restore,    // the kernels update the running statistics (those the nodes' stats_buffers
+                // name, saved up front, no observer); a pass that fails restores them
     PerChunk,   // each chunk's statistics observed and combined; one update at commit()
   };
   // Observes this thread's batch norms in training while it lives, as `mode` says. `nodes`

@@ -134,6 +134,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->signature = spec.signature;
   node->mutates_state = spec.mutates_state;
   node->stats_counters = std::move(spec.stats_counters);
+  node->stats_buffers = std::move(spec.stats_buffers);
   const c10::Device device = common_device(inputs);
 
   std::vector<const Meta*> metas;

@@ -67,6 +67,7 @@ struct Node {
   std::string couples;        // non-empty when this op mixes samples across the batch
   std::string stats_couples;  // see BatchResult::stats_couples
   Tensors stats_counters;     // see OpSpec::stats_counters
+  Tensors stats_buffers;      // see OpSpec::stats_buffers
   BatchReduction reduction = BatchReduction::None;
   CountFn mean_count;         // set when reduction is Mean
   at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
@@ -110,6 +111,9 @@ struct OpSpec {
   // num_batches_tracked): chunks with their own batch statistics restore them between
   // chunks (batch_stats.h).
   Tensors stats_counters = {};
+  // The running statistics the op's batch norms in training update in place: a failed run
+  // restores them (batch_stats.h).
+  Tensors stats_buffers = {};
 };
 
 NodePtr make_constant(at::Tensor value);

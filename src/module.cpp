@@ -122,6 +122,7 @@ struct Call {
   std::string input_text;  // the caller's inputs, for messages
   std::vector<std::string> batch_norms;  // names of the batch norm layers that train
   Tensors batch_norm_counters;           // their num_batches_tracked
+  Tensors batch_norm_buffers;            // their running_mean and running_var
 };
 
 [[noreturn]] void module_error(const Call& call, const std::exception& e, koila_code fallback) {
@@ -564,6 +565,8 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   for (const auto& named : call->module.named_modules()) {
     if (!training_batch_norm(*named.value._ivalue())) continue;
     call->batch_norms.push_back(named.name.empty() ? std::string("the module itself") : named.name);
+    for (const char* buffer : {"running_mean", "running_var"})
+      call->batch_norm_buffers.push_back(named.value.attr(buffer).toTensor());
     const auto counter = named.value.type()->findAttributeSlot("num_batches_tracked");
     if (!counter) continue;
     const c10::IValue& v = named.value._ivalue()->getSlot(*counter);
@@ -589,6 +592,7 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   for (const Module& sub : call->module.modules()) spec.signature += sub.is_training() ? '1' : '0';
   spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
   spec.stats_counters = call->batch_norm_counters;
+  spec.stats_buffers = call->batch_norm_buffers;
 
   std::vector<NodePtr> all = inputs;
   for (const at::Tensor& t : call->state) all.push_back(make_constant(t));

@@ -224,6 +224,9 @@ KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor*
                 rule};
     spec.signature = train ? "train" : "eval";
     spec.mutates_state = train;
+    if (train)
+      for (const koila_tensor* t : {running_mean, running_var})
+        if (const NodePtr n = optional_node(t); n && !n->lazy()) spec.stats_buffers.push_back(n->value);
     return build(std::move(spec),
                  {input, optional_node(weight), optional_node(bias), optional_node(running_mean),
                   optional_node(running_var)});
