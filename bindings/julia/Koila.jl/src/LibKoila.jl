@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 738e957905db046bd708a331792db959bd215383c042368d46a02ff69f4b7567
+# Header sha256: 00786da169d0631c5bc58298310d6b8265d30dfc86924f35022731c53708cd8d
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
