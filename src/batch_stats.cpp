@@ -44,10 +44,15 @@ struct ChunkStats::State {
     saved.emplace_back(t, t.clone());
   }
 
+  void restore_counters() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
+  }
+
   void restore() {
     at::NoGradGuard no_grad;
     for (auto& [tensor, value] : saved) tensor.copy_(value);
-    for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
+    restore_counters();
   }
 
   // `stack` ends with the arguments of batch_norm(input, weight?, bias?, running_mean?,
@@ -154,10 +159,7 @@ ChunkStats::~ChunkStats() {
 void ChunkStats::start_chunk() {
   State& s = *state_;
   if (!s.on) return;
-  if (++s.chunk > 1 && s.per_chunk) {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < s.counters.size(); ++i) s.counters[i].copy_(s.counters_before[i]);
-  }
+  if (++s.chunk > 1 && s.per_chunk) s.restore_counters();
   s.next = 0;
 }
 
