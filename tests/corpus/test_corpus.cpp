@@ -223,30 +223,27 @@ std::map<std::string, at::Tensor> module_buffers(const koila_module* m, const st
   return out;
 }
 
-// The reference's expected buffers: stat__L__B is buffer B of layer L ('.' written "__").
-std::map<std::string, at::Tensor> expected_stats(const std::string& dir, const std::string& name) {
-  torch::jit::Module m = torch::jit::load(dir + "/" + name + ".per_chunk.ref.pt");
-  std::map<std::string, at::Tensor> out;
-  for (const auto& b : m.named_buffers(/*recurse=*/false)) {
-    if (b.name.rfind("stat__", 0) != 0) continue;
-    std::string buffer = b.name.substr(6);
-    for (size_t i; (i = buffer.find("__")) != std::string::npos;) buffer.replace(i, 2, ".");
-    out.emplace(buffer, b.value);
-  }
-  return out;
-}
+// What NAME.per_chunk.ref.pt holds beyond a Reference (read in one pass): the chunk size,
+// the expected buffers (stat__L__B is buffer B of layer L, '.' written "__") and PyTorch's
+// own float32 errors against its float64 run ("logits", and each parameter's gradient).
+struct PerChunkExtras {
+  int64_t chunk = -1;
+  std::map<std::string, at::Tensor> stats;
+  std::map<std::string, double> errors;
+};
 
-// PyTorch's own float32 errors against its float64 run: "logits", and each parameter's
-// gradient by name.
-std::map<std::string, double> pytorch_errors(const std::string& dir, const std::string& name) {
+PerChunkExtras read_per_chunk_extras(const std::string& dir, const std::string& name) {
+  auto dotted = [](std::string s) {
+    for (size_t i; (i = s.find("__")) != std::string::npos;) s.replace(i, 2, ".");
+    return s;
+  };
   torch::jit::Module m = torch::jit::load(dir + "/" + name + ".per_chunk.ref.pt");
-  std::map<std::string, double> out;
+  PerChunkExtras out;
   for (const auto& b : m.named_buffers(/*recurse=*/false)) {
-    if (b.name == "err_logits") out.emplace("logits", b.value.item<double>());
-    if (b.name.rfind("errgrad__", 0) != 0) continue;
-    std::string param = b.name.substr(9);
-    for (size_t i; (i = param.find("__")) != std::string::npos;) param.replace(i, 2, ".");
-    out.emplace(param, b.value.item<double>());
+    if (b.name == "chunk") out.chunk = b.value.item<int64_t>();
+    if (b.name == "err_logits") out.errors.emplace("logits", b.value.item<double>());
+    if (b.name.rfind("errgrad__", 0) == 0) out.errors.emplace(dotted(b.name.substr(9)), b.value.item<double>());
+    if (b.name.rfind("stat__", 0) == 0) out.stats.emplace(dotted(b.name.substr(6)), b.value);
   }
   return out;
 }
@@ -293,13 +290,6 @@ void expect_as_accurate_as_pytorch(const Case& c, const Graph& g, const Referenc
               c.label().c_str(), worst, worst_name.c_str());
 }
 
-int64_t reference_chunk(const std::string& dir, const std::string& name) {
-  torch::jit::Module m = torch::jit::load(dir + "/" + name + ".per_chunk.ref.pt");
-  for (const auto& b : m.named_buffers(/*recurse=*/false))
-    if (b.name == "chunk") return b.value.item<int64_t>();
-  return -1;
-}
-
 std::vector<Case> batch_norm_training_cases() {
   std::vector<Case> out;
   for (const Case& c : cases())
@@ -320,7 +310,8 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   const Case& c = GetParam();
   const std::string dir = corpus_dir();
   const Reference ref = read_reference(dir, c.entry.name, "per_chunk");
-  const int64_t chunk = reference_chunk(dir, c.entry.name);
+  const PerChunkExtras extras = read_per_chunk_extras(dir, c.entry.name);
+  const int64_t chunk = extras.chunk;
   ASSERT_GT(chunk, 0) << "the per-chunk reference has no chunk size";
   const Graph g(dir, c.entry.name, /*train=*/true, ref);
   const std::map<std::string, at::Tensor> before = module_buffers(g.module.get(), "before");
@@ -334,10 +325,10 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   ASSERT_EQ(r.chunk, chunk) << "the reference was computed in chunks of " << chunk << "\n" << r.description;
   EXPECT_NE(r.description.find("Batch statistics: per chunk"), std::string::npos) << r.description;
   EXPECT_LE(r.peak, budget) << "the run went " << r.peak - budget << " B over its budget\n" << r.description;
-  expect_as_accurate_as_pytorch(c, g, ref, r, pytorch_errors(dir, c.entry.name));
+  expect_as_accurate_as_pytorch(c, g, ref, r, extras.errors);
 
   // One update of the running statistics, with the whole batch's.
-  const std::map<std::string, at::Tensor> stats = expected_stats(dir, c.entry.name);
+  const std::map<std::string, at::Tensor>& stats = extras.stats;
   ASSERT_FALSE(stats.empty());
   const std::map<std::string, at::Tensor> after = module_buffers(g.module.get(), "after");
   double worst = 0;
