@@ -9,6 +9,39 @@ using batch::Metas;
 
 namespace {
 
+// linear's result for the usual arguments (a floating input [..., in], a weight [out, in]
+// and a bias [out], all of one dtype): [..., out], without running it on meta tensors.
+// Anything else goes through LibTorch's own checks on meta tensors (and its messages).
+bool plain_linear(const Meta& x, const Meta& w, const Meta* b) {
+  if (!at::isFloatingType(x.dtype) || w.dtype != x.dtype || x.shape.empty() || w.shape.size() != 2 ||
+      w.shape[1] != x.shape.back())
+    return false;
+  return !b || (b->dtype == x.dtype && b->shape.size() == 1 && b->shape[0] == w.shape[0]);
+}
+
+// LibTorch's meta kernel of addmm (linear of a matrix) accepts any bias, where running it
+// needs one that broadcasts to the result.
+void check_linear_bias(const Meta& x, const Meta& w, const Meta& b) {
+  std::vector<int64_t> result = x.shape;
+  result.back() = w.shape[0];
+  bool broadcasts = b.shape.size() <= result.size();
+  for (size_t i = 1; broadcasts && i <= b.shape.size(); ++i) {
+    const int64_t have = b.shape[b.shape.size() - i], want = result[result.size() - i];
+    broadcasts = have == want || have == 1;
+  }
+  if (!broadcasts)
+    fail(KOILA_ERROR_SHAPE, "linear's bias " + shape_string(b.shape) + " does not broadcast to its result " +
+                                shape_string(result));
+}
+
+Meta linear_result(const Metas& in, const Node&) {
+  Meta m;
+  m.shape = in[0]->shape;
+  m.shape.back() = in[1]->shape[0];
+  m.dtype = in[0]->dtype;
+  return m;
+}
+
 // torch.matmul's batch rule: contracted dims mix samples; leading dims broadcast.
 BatchResult matmul_batch(const Metas& in, const Meta& out) {
   const int64_t out_rank = static_cast<int64_t>(out.shape.size());
@@ -149,9 +182,17 @@ KOILA_API koila_status* koila_linear(koila_tensor** out, const koila_tensor* x, 
     const NodePtr& w = node_of(weight, "weight");
     if (rank_of(input) == 0) fail(KOILA_ERROR_SHAPE, "linear needs an input of rank 1 or more, got a scalar");
     if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
-    return build({"koila_linear", [](const Tensors& in, const Node&) { return at::linear(in[0], in[1], in[2]); },
-                  batch::same_dims_except({rank_of(input) - 1}, "contracts")},
-                 {input, w, optional_node(bias)});
+    OpSpec spec{"koila_linear", [](const Tensors& in, const Node&) { return at::linear(in[0], in[1], in[2]); },
+                batch::same_dims_except({rank_of(input) - 1}, "contracts")};
+    const NodePtr& b = optional_node(bias);
+    // LibTorch's meta kernels (1.13) accept mixed dtypes, where running linear does not.
+    if (w->meta.dtype != input->meta.dtype || (b && b->meta.dtype != input->meta.dtype))
+      fail(KOILA_ERROR_DTYPE, std::string("linear needs x, weight and bias of one dtype, got ") +
+                                  dtype_name(input->meta.dtype) + ", " + dtype_name(w->meta.dtype) +
+                                  (b ? std::string(", ") + dtype_name(b->meta.dtype) : std::string()));
+    if (b && w->meta.shape[1] == input->meta.shape.back()) check_linear_bias(input->meta, w->meta, b->meta);
+    if (plain_linear(input->meta, w->meta, b ? &b->meta : nullptr)) spec.infer = linear_result;
+    return build(std::move(spec), {input, w, b});
   });
 }
 

@@ -339,6 +339,12 @@ TEST(Ops, Linear) {
   check(build, ref, {"without bias", {rnd({4, 3}), rnd({5, 3})}, {0, C}, 0});
   check(build, ref, {"3-D input, batch 1", {rnd({2, 4, 3}), rnd({5, 3}), rnd({5})}, {1, C, C}, 1});
   check(build, ref, {"batch in the features", {rnd({3, 4}), rnd({5, 4})}, {-1, C}, -1, true});
+  // The usual arguments are inferred without meta tensors; the rest (a bias that broadcasts)
+  // goes through LibTorch on meta tensors. Both must agree with eager LibTorch.
+  check(build, ref, {"vector input", {rnd({3}), rnd({5, 3}), rnd({5})}, {NB, C, C}, -1});
+  check(build, ref, {"double", {rnd({4, 3}).to(at::kDouble), rnd({5, 3}).to(at::kDouble)}, {0, C}, 0});
+  check(build, ref, {"bias of one broadcasts", {rnd({4, 3}), rnd({5, 3}), rnd({1})}, {0, C, C}, 0});
+  check(build, ref, {"scalar bias broadcasts", {rnd({4, 3}), rnd({5, 3}), rnd({})}, {0, C, C}, 0});
 }
 
 TEST(Ops, Conv) {
