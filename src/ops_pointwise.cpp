@@ -32,6 +32,15 @@ using Binary = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
 using WithScalar = at::Tensor (*)(const at::Tensor&, double);
 using Unary = at::Tensor (*)(const at::Tensor&);
 
+// Every unary op here maps a floating tensor to one of the same shape and dtype: no need to
+// run it on meta tensors to know.
+Meta same_as_input(const std::vector<const Meta*>& in, const Node&) {
+  Meta m;
+  m.shape = in[0]->shape;
+  m.dtype = in[0]->dtype;
+  return m;
+}
+
 koila_status* binary(const char* name, koila_tensor** out, const koila_tensor* a, const koila_tensor* b,
                      Binary fn) {
   return op_entry(name, out, [&] {
@@ -51,7 +60,9 @@ koila_status* unary(const char* name, koila_tensor** out, const koila_tensor* x,
   return op_entry(name, out, [&] {
     const NodePtr& input = node_of(x, "x");
     if (floating_only) require_floating(input, "x");
-    return build({name, [fn](const Tensors& in, const Node&) { return fn(in[0]); }, {}, true}, {input});
+    OpSpec spec{name, [fn](const Tensors& in, const Node&) { return fn(in[0]); }, {}, true};
+    if (at::isFloatingType(input->meta.dtype)) spec.infer = same_as_input;
+    return build(std::move(spec), {input});
   });
 }
 
