@@ -43,6 +43,17 @@ std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options
   return shape;
 }
 
+// Whether `sizes` is expected_shape(meta, options), without building it (once per op run).
+bool has_expected_shape(at::IntArrayRef sizes, const Meta& meta, const EvalOptions& options) {
+  if (sizes.size() != meta.shape.size()) return false;
+  const bool chunked = options.chunk_length >= 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const bool batch = chunked && static_cast<int64_t>(d) == meta.batch_dim;
+    if (sizes[d] != (batch ? options.chunk_length : meta.shape[d])) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -120,10 +131,9 @@ Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& optio
     args.clear();
     ++stats.ops_run;
     stats.peak_live_values = std::max(stats.peak_live_values, ++live);
-    const std::vector<int64_t> expected = expected_shape(node.meta, options);
-    if (values[i].sizes() != at::IntArrayRef(expected))
+    if (!has_expected_shape(values[i].sizes(), node.meta, options))
       fail(KOILA_ERROR_INTERNAL, node.op + " produced " + shape_string(values[i].sizes()) + " where " +
-                                     shape_string(expected) + " was inferred");
+                                     shape_string(expected_shape(node.meta, options)) + " was inferred");
     for (const NodePtr& in : node.inputs) {
       if (!in) continue;
       const size_t p = position.at(in.get());
@@ -154,7 +164,7 @@ Tensors autograd_leaves(const Tensors& outputs) {
   Tensors leaves;
   std::unordered_set<const void*> seen_leaves;
   std::unordered_set<const torch::autograd::Node*> seen;
-  std::vector<std::shared_ptr<torch::autograd::Node>> stack;
+  std::vector<torch::autograd::Node*> stack;  // the outputs keep their graph alive
   auto add_leaf = [&](const at::Tensor& t) {
     if (seen_leaves.insert(t.unsafeGetTensorImpl()).second) leaves.push_back(t);
   };
@@ -163,17 +173,17 @@ Tensors autograd_leaves(const Tensors& outputs) {
     if (value.is_leaf())
       add_leaf(value);
     else
-      stack.push_back(value.grad_fn());
+      stack.push_back(value.grad_fn().get());
   }
   while (!stack.empty()) {
-    auto fn = std::move(stack.back());
+    torch::autograd::Node* fn = stack.back();
     stack.pop_back();
-    if (!fn || !seen.insert(fn.get()).second) continue;
-    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn.get())) {
+    if (!fn || !seen.insert(fn).second) continue;
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn)) {
       add_leaf(acc->variable);
       continue;
     }
-    for (const auto& edge : fn->next_edges()) stack.push_back(edge.function);
+    for (const auto& edge : fn->next_edges()) stack.push_back(edge.function.get());
   }
   return leaves;
 }
