@@ -204,7 +204,8 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* Cost, once per graph structure and mode (same ops, shapes, dtypes, devices and grad    */
 /* flags; the last 512 structures are remembered, so a graph rebuilt every step costs it  */
 /* once): a few simulations and at most about one step's work in probes (6 samples when   */
-/* calibrating; when measuring, under one batch).                                         */
+/* calibrating; when measuring, under one batch). Training simulates again, without       */
+/* probing, when the .grad go from absent to zeroed (the second step of a loop).          */
 /*                                                                                        */
 /* On the CPU the budget is a hard limit during these planned runs: an allocation that    */
 /* would take what tensors hold beyond it fails inside koila, the run rolls back (no      */

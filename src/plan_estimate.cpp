@@ -195,15 +195,14 @@ bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bo
   return true;
 }
 
-// Under the record's lock: real probes of the first chunk of 2 and 4 samples (2 alone for
-// batches under 8, 1 for a batch of 2), each against the simulation of the same probe (a
-// probe holds gradients differently from a run: all of them at once before dropping them,
-// where a run adds each into a zeroed .grad as it comes). Not
-// one sample: backends choose other kernels for it (oneDNN reorders convolution weights
-// only for more), and batch norm in training needs two. Two sizes, because some backend
+// Under the record's lock and the calibration's: real probes of the first chunk of 2 and 4
+// samples (2 alone for batches under 8, 1 for a batch of 2), each against the simulation
+// of the same probe (a probe holds gradients differently from a run: all of them at once
+// before dropping them, where a run adds each into a zeroed .grad as it comes). Not one
+// sample: backends choose other kernels for it (oneDNN reorders convolution weights only
+// for more), and batch norm in training needs two. Two sizes, because some backend
 // temporaries grow with the chunk.
-void Estimator::calibrate() {
-  GraphRecord& r = *record_;
+void Estimator::calibrate(Calibration& c) {
   std::vector<int64_t> sizes;
   if (a_.batch >= 8) sizes = {2, 4};
   else if (a_.splits(2)) sizes = {2};
@@ -212,24 +211,23 @@ void Estimator::calibrate() {
     uint64_t sim = 0;
     if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return;
     if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) break;  // no room: later
-    r.probed = true;
+    c.done = true;
     try {
       const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
-      r.calibration_probes[samples] = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
-      r.probe_failure.clear();
+      c.probes[samples] = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
+      c.failure.clear();
     } catch (...) {
-      r.probe_failure = reason(std::current_exception());
+      c.failure = reason(std::current_exception());
       break;
     }
   }
-  if (r.calibration_probes.empty()) return;
+  if (c.probes.empty()) return;
   int64_t base = 0;
-  for (const auto& [c, d] : r.calibration_probes) base = std::max(base, d);
-  r.calibration = static_cast<uint64_t>(base);
-  if (r.calibration_probes.size() >= 2) {
-    const auto hi = std::prev(r.calibration_probes.end()), lo = std::prev(hi);
-    r.calibration_slope = std::max(0.0, static_cast<double>(hi->second - lo->second) /
-                                            static_cast<double>(hi->first - lo->first));
+  for (const auto& [samples, d] : c.probes) base = std::max(base, d);
+  c.bytes = static_cast<uint64_t>(base);
+  if (c.probes.size() >= 2) {
+    const auto hi = std::prev(c.probes.end()), lo = std::prev(hi);
+    c.slope = std::max(0.0, static_cast<double>(hi->second - lo->second) / static_cast<double>(hi->first - lo->first));
   }
 }
 
@@ -276,12 +274,13 @@ uint64_t Estimator::extra(int64_t chunk) {
   std::lock_guard<std::mutex> lock(r.mutex);
   uint64_t bytes = 0;
   if (simulated(chunk, kSimulatedChunks, &bytes)) {
-    if (!r.probed) calibrate();
-    bytes += r.calibration;
-    if (!r.calibration_probes.empty()) {
-      const int64_t largest = std::prev(r.calibration_probes.end())->first;
-      if (samples > largest)
-        bytes += static_cast<uint64_t>(r.calibration_slope * static_cast<double>(samples - largest));
+    Calibration& c = *r.calibration;
+    std::lock_guard<std::mutex> calibration_lock(c.mutex);
+    if (!c.done) calibrate(c);
+    bytes += c.bytes;
+    if (!c.probes.empty()) {
+      const int64_t largest = std::prev(c.probes.end())->first;
+      if (samples > largest) bytes += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
     }
   } else {
     if (!r.probed) fit();
@@ -308,15 +307,17 @@ std::string Estimator::source() {
   std::ostringstream os;
   if (r.simulation_failure.empty()) {
     os << "simulated on meta tensors";
-    if (!r.calibration_probes.empty()) {
+    const Calibration& c = *r.calibration;
+    std::lock_guard<std::mutex> calibration_lock(r.calibration->mutex);
+    if (!c.probes.empty()) {
       os << ", calibrated by real probes of";
-      for (const auto& [c, d] : r.calibration_probes) os << " " << c;
-      os << " samples (+" << human(r.calibration);
-      if (r.calibration_slope > 0) os << " and " << human(static_cast<uint64_t>(r.calibration_slope)) << " a sample";
+      for (const auto& [samples, d] : c.probes) os << " " << samples;
+      os << " samples (+" << human(c.bytes);
+      if (c.slope > 0) os << " and " << human(static_cast<uint64_t>(c.slope)) << " a sample";
       os << " beyond the simulation)";
     }
-    else if (!r.probe_failure.empty())
-      os << ", not calibrated (the probe failed: " << r.probe_failure << ")";
+    else if (!c.failure.empty())
+      os << ", not calibrated (the probe failed: " << c.failure << ")";
     else
       os << ", not calibrated (no lazy batch to probe with)";
   } else if (!r.probes.empty()) {

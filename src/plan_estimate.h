@@ -17,7 +17,9 @@
 //   - observed: never below what an earlier planned run of the same graph structure
 //     measured with the same or a smaller chunk (runs that ran out of memory count too).
 // All of it is memoised per graph structure (plan_memo.h): a graph rebuilt every step is
-// simulated and probed once.
+// simulated and probed once (simulated once more when its .grad go from absent to zeros,
+// as after the first step of a zero_grad loop, but not probed again: the calibration is
+// shared).
 #pragma once
 
 #include <memory>
@@ -57,7 +59,7 @@ class Estimator {
   // `as_probe`: the simulation of a probe (gradients computed and dropped, as probe() runs)
   // rather than of a run, so that calibration compares like with like.
   bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
-  void calibrate();
+  void calibrate(Calibration& c);
   void fit();
 
   const NodePtr& root_;

@@ -27,32 +27,38 @@ struct KeyHash {
   size_t operator()(const Key& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
 };
 
-Key structure_key(const Analysis& a, Mode mode) {
+// The structure's key, and `without_grads`: the same without how the .grad stand.
+Key structure_key(const Analysis& a, Mode mode, Key* without_grads) {
   Key key;
-  key.add(mode == Mode::Training ? 1 : 2);
+  Key& bare = *without_grads;
+  auto add = [&](const auto& v) {
+    key.add(v);
+    bare.add(v);
+  };
+  add(mode == Mode::Training ? 1 : 2);
   std::unordered_map<const Node*, uint64_t> position;
   position.reserve(a.nodes.size());
   for (const Node* node : a.nodes) {
     position.emplace(node, position.size());
-    key.add(static_cast<uint64_t>(node->kind));
-    key.add(node->op);
-    key.add(node->signature);
-    key.add(node->couples);
-    key.add(static_cast<uint64_t>(node->reduction));
+    add(static_cast<uint64_t>(node->kind));
+    add(node->op);
+    add(node->signature);
+    add(node->couples);
+    add(static_cast<uint64_t>(node->reduction));
     const Meta& m = node->meta;
-    key.add(m.shape.size());
-    for (int64_t d : m.shape) key.add(static_cast<uint64_t>(d));
-    key.add(static_cast<uint64_t>(m.dtype));
-    key.add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
-    key.add(static_cast<uint64_t>(m.batch_dim + 1));
+    add(m.shape.size());
+    for (int64_t d : m.shape) add(static_cast<uint64_t>(d));
+    add(static_cast<uint64_t>(m.dtype));
+    add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
+    add(static_cast<uint64_t>(m.batch_dim + 1));
     if (node->kind != NodeKind::Op) {
-      key.add(node->value.requires_grad() ? 3 : 4);
-      key.add(node->value.is_contiguous() ? 5 : 6);
+      add(node->value.requires_grad() ? 3 : 4);
+      add(node->value.is_contiguous() ? 5 : 6);
       // How its .grad stands: a backward adds into it, or sets it, or snapshots it.
       if (mode == Mode::Training) key.add(7 + static_cast<uint64_t>(grad_start(node->value)));
     }
-    key.add(node->inputs.size());
-    for (const NodePtr& in : node->inputs) key.add(in ? position.at(in.get()) + 1 : 0);
+    add(node->inputs.size());
+    for (const NodePtr& in : node->inputs) add(in ? position.at(in.get()) + 1 : 0);
   }
   return key;
 }
@@ -61,24 +67,41 @@ std::mutex records_mutex;
 // Most recently used first.
 std::list<std::pair<Key, std::shared_ptr<GraphRecord>>> records;
 std::unordered_map<Key, decltype(records)::iterator, KeyHash> by_key;
+// Keyed without the .grad states; an entry lives as long as a record holds it.
+std::unordered_map<Key, std::weak_ptr<Calibration>, KeyHash> calibrations;
+
+std::shared_ptr<Calibration> calibration_for(const Key& without_grads) {
+  std::weak_ptr<Calibration>& slot = calibrations[without_grads];
+  std::shared_ptr<Calibration> c = slot.lock();
+  if (!c) {
+    c = std::make_shared<Calibration>();
+    slot = c;
+  }
+  return c;
+}
 
 }  // namespace
 
 std::shared_ptr<GraphRecord> graph_record(const NodePtr&, const Analysis& a, Mode mode) {
-  const Key key = structure_key(a, mode);
+  Key without_grads;
+  const Key key = structure_key(a, mode, &without_grads);
   std::lock_guard<std::mutex> lock(records_mutex);
   auto found = by_key.find(key);
   if (found != by_key.end()) {
     records.splice(records.begin(), records, found->second);
     return found->second->second;
   }
-  records.emplace_front(key, std::make_shared<GraphRecord>());
+  auto record = std::make_shared<GraphRecord>();
+  record->calibration = calibration_for(without_grads);
+  records.emplace_front(key, record);
   by_key.emplace(key, records.begin());
   if (records.size() > kMaxRecords) {
     by_key.erase(records.back().first);
     records.pop_back();
+    for (auto it = calibrations.begin(); it != calibrations.end();)  // those no record holds
+      it = it->second.expired() ? calibrations.erase(it) : std::next(it);
   }
-  return records.front().second;
+  return record;
 }
 
 namespace testing {
@@ -86,6 +109,7 @@ void forget_graph_records() {
   std::lock_guard<std::mutex> lock(records_mutex);
   by_key.clear();
   records.clear();
+  calibrations.clear();
 }
 }  // namespace testing
 

@@ -24,21 +24,33 @@ struct PlanCache {
   std::unique_ptr<Analysis> analysis[2];
 };
 
+// What the calibration probes of a structure found. Backend temporaries do not depend on
+// how the leaves' .grad stand, so the records of one structure that differ only there share
+// it: the usual loop finds every .grad absent in its first step and all zeros in its second,
+// and the second is simulated again (it holds gradients differently) but not probed again.
+struct Calibration {
+  // Held while a plan reads or fills it, after the record's own mutex.
+  std::mutex mutex;
+  bool done = false;     // probed (or the probe failed); false: not yet, or no room then
+  std::string failure;   // non-empty: the probe failed (why)
+  // Samples -> bytes the probe took beyond the simulation (or less).
+  std::map<int64_t, int64_t> probes;
+  // What is added to a simulated figure for a chunk c: `bytes`, and `slope` bytes a sample
+  // beyond the largest probe (temporaries that grow with the chunk, such as im2col buffers
+  // of convolutions oneDNN does not take).
+  uint64_t bytes = 0;
+  double slope = 0;
+};
+
 struct GraphRecord {
   // Held while a plan consults or fills the record: plans of one structure on several
   // threads simulate and probe it once.
   std::mutex mutex;
   std::map<std::pair<int64_t, int64_t>, uint64_t> simulated;  // (chunk, max chunks) -> extra bytes
   std::string simulation_failure;  // non-empty: the simulation failed (why)
-  bool probed = false;             // calibration (or the fit) done or tried
-  std::string probe_failure;       // non-empty: the probes failed (why)
-  // Calibration probes: samples -> bytes the probe took beyond the simulation (or less).
-  std::map<int64_t, int64_t> calibration_probes;
-  // What is added to a simulated figure for a chunk c: `calibration` bytes, and
-  // `calibration_slope` bytes a sample beyond the largest probe (temporaries that grow
-  // with the chunk, such as im2col buffers of convolutions oneDNN does not take).
-  uint64_t calibration = 0;
-  double calibration_slope = 0;
+  std::shared_ptr<Calibration> calibration;  // shared with the structure's other .grad states
+  bool probed = false;             // the fit done or tried
+  std::string probe_failure;       // non-empty: the fit's probes failed (why)
   std::map<int64_t, uint64_t> probes;  // the fit's probes: chunk -> measured extra bytes
   double intercept = 0, slope = 0;     // the fit: extra = intercept + slope * chunk
   std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured

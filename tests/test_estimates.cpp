@@ -66,8 +66,8 @@ TEST(Estimates, BackendWorkspacesAreCalibratedByARealProbe) {
   auto record = koila::graph_record(y->node, a, koila::Mode::Forward);
   uint64_t calibration = 0;
   {
-    std::lock_guard<std::mutex> lock(record->mutex);
-    calibration = record->calibration;
+    std::lock_guard<std::mutex> lock(record->calibration->mutex);
+    calibration = record->calibration->bytes;
   }
   EXPECT_GT(calibration, m.measured / 2) << "the backend's buffer should be most of the peak";
   // The result is the convolution's.
@@ -101,6 +101,31 @@ TEST(Estimates, RebuiltGraphsAreNotSimulatedOrProbedAgain) {
   Handle other = m.loss(x2.get(), y2.get());
   plan_of(other.get(), KOILA_MODE_TRAINING);
   EXPECT_EQ(koila::testing::probes_run() - probes, 4u);
+}
+
+// The usual loop finds every .grad absent in its first step and zeroed in place in the
+// next: the second structure is simulated anew (a run adds into the zeros instead of
+// setting .grad), but the calibration, which is what backends add, is not probed again.
+// Its estimate still holds.
+TEST(Estimates, ZeroedGradientsReuseTheCalibration) {
+  BudgetGuard restore;
+  const Model m(Kind::CNN, at::kCPU, 4);
+  const at::Tensor xs = m.input(16), ys = m.target(16);
+  const uint64_t probes = koila::testing::probes_run();
+  uint64_t simulations = 0;
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) simulations = koila::testing::simulations_run();
+    Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+    Handle loss = m.loss(x.get(), y.get());
+    const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
+    EXPECT_NE(run.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << run.text;
+    EXPECT_GE(static_cast<double>(run.estimated) * (1 + koila::kMargin), static_cast<double>(run.measured))
+        << "step " << step << ": " << run.text;
+    for (const at::Tensor& p : m.params()) p.mutable_grad().zero_();  // in place, as koila_tensor_zero_grad
+  }
+  EXPECT_EQ(koila::testing::simulations_run(), simulations) << "the third step's structure was simulated again";
+  EXPECT_EQ(koila::testing::probes_run() - probes, 2u) << "the zeroed .grad's structure was probed again";
+  m.zero_grad();
 }
 
 // Every planned run records its measured peak; later plans of the same graph never use

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 00786da169d0631c5bc58298310d6b8265d30dfc86924f35022731c53708cd8d
+# Header sha256: b351b5ea84093de683a2b32d7f1384b0c8fe38ac28ab0db406f8993ebe56f66d
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
