@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "args.h"
+#include "batch_norm_route.h"
 #include "error.h"
 #include "graph.h"
 #include "module.h"
@@ -96,6 +97,7 @@ KOILA_API koila_status* koila_module_load(koila_module** out, const char* path, 
       fail(KOILA_ERROR_IO, std::string("cannot load a TorchScript module from '") + path +
                                "' (missing, unreadable or corrupt): " + torch_complaint(e));
     }
+    route_batch_norms(m->module);  // before anything runs it
     *out = m.release();
   });
 }

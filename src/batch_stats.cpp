@@ -1,9 +1,7 @@
 #include "batch_stats.h"
 
-#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
-#include <cstring>
 #include <exception>
 
 #include "error.h"
@@ -26,7 +24,6 @@ struct Call {
 struct ChunkStats::State {
   bool on = false;
   bool per_chunk = false;  // Mode::PerChunk (else Mode::Restore)
-  at::CallbackHandle handle = 0;
   State* outer = nullptr;
   std::vector<Call> calls;  // in the order the first chunk made them
   size_t next = 0;          // the call expected next in this chunk
@@ -34,6 +31,7 @@ struct ChunkStats::State {
   Tensors counters, counters_before, counters_after_first;
   std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // running statistics and their values before the pass
   std::exception_ptr error;
+  bool expects_calls = false;  // the graph names running statistics a batch norm updates
   Tensors updated;  // prepare(): the new values of `saved`, in their dtype
   bool prepared = false;
   bool committed = false;
@@ -55,23 +53,13 @@ struct ChunkStats::State {
     restore_counters();
   }
 
-  // `stack` ends with the arguments of batch_norm(input, weight?, bias?, running_mean?,
-  // running_var?, training, momentum, eps, cudnn_enabled); calls from TorchScript's
-  // interpreter show its whole stack.
-  void record(c10::ArrayRef<const c10::IValue> stack) {
-    constexpr size_t kArguments = 9;
-    if (stack.size() < kArguments) return;
-    const c10::ArrayRef<const c10::IValue> in = stack.slice(stack.size() - kArguments);
-    if (!in[5].isBool() || !in[5].toBool()) return;
-    if (!in[3].isTensor() || !in[4].isTensor() || !in[0].isTensor()) return;
-    const at::Tensor& rm = in[3].toTensor();
-    const at::Tensor& rv = in[4].toTensor();
-    if (!rm.defined() || !rv.defined()) return;  // no running statistics: nothing to update
+  // A batch norm call about to run (see observed_batch_norm).
+  void record(const at::Tensor& input, const at::Tensor& rm, const at::Tensor& rv, double factor) {
     at::NoGradGuard no_grad;
     save(rm);
     save(rv);
     if (!per_chunk) return;
-    const at::Tensor x = in[0].toTensor().detach();
+    const at::Tensor x = input.detach();
     std::vector<int64_t> dims;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (d != 1) dims.push_back(d);
@@ -80,7 +68,7 @@ struct ChunkStats::State {
     const at::Tensor mean = mean_.to(at::kDouble);
     const at::Tensor m2 = var.to(at::kDouble).mul_(n);
     if (chunk == 1) {
-      calls.push_back({rm, rv, in[6].toDouble(), n, mean, m2});
+      calls.push_back({rm, rv, factor, n, mean, m2});
       ++next;
       return;
     }
@@ -101,20 +89,25 @@ namespace {
 
 thread_local ChunkStats::State* active = nullptr;
 
-std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
-  ChunkStats::State* s = active;
-  if (!s || s->error || std::strcmp(fn.name(), "aten::batch_norm") != 0) return nullptr;
-  // LibTorch catches (and only logs) what a callback throws: kept for end_chunk().
-  try {
-    at::DisableRecordFunctionGuard unobserved;  // the ops below are koila's own
-    s->record(fn.inputs());
-  } catch (...) {
-    s->error = std::current_exception();
-  }
-  return nullptr;
-}
-
 }  // namespace
+
+at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
+                               const c10::optional<at::Tensor>& running_var, bool training, double momentum,
+                               double eps, bool cudnn_enabled) {
+  ChunkStats::State* s = active;
+  if (s && !s->error && training && running_mean && running_mean->defined() && running_var &&
+      running_var->defined()) {
+    // Kept for end_chunk(): thrown from inside a TorchScript module, it would reach the
+    // caller as the interpreter's error, without its code.
+    try {
+      s->record(input, *running_mean, *running_var, momentum);
+    } catch (...) {
+      s->error = std::current_exception();
+    }
+  }
+  return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+}
 
 ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state_(std::make_unique<State>()) {
   if (mode == Mode::Off) return;
@@ -126,16 +119,16 @@ ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state
       s.counters.push_back(t);
       s.counters_before.push_back(t.clone());
     }
+  // The graph names the running statistics its batch norms update: saved up front, so that
+  // a failure restores them even where no call was observed.
+  for (const Node* node : nodes) {
+    for (const at::Tensor& t : node->stats_buffers) s.save(t);
+    s.expects_calls |= !node->stats_buffers.empty();
+  }
   if (!s.per_chunk) {
-    // Restoring needs no observer (which would see every op's arguments): the graph names
-    // the running statistics its batch norms update.
-    for (const Node* node : nodes)
-      for (const at::Tensor& t : node->stats_buffers) s.save(t);
     s.on = true;
     return;
   }
-  s.handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
   s.outer = active;
   active = &s;
   s.on = true;
@@ -144,10 +137,7 @@ ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state
 ChunkStats::~ChunkStats() {
   State& s = *state_;
   if (!s.on) return;
-  if (s.per_chunk) {
-    active = s.outer;
-    at::removeCallback(s.handle);
-  }
+  if (s.per_chunk) active = s.outer;
   if (s.committed) return;
   try {
     s.restore();
@@ -171,6 +161,11 @@ void ChunkStats::end_chunk() {
     fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
                                   "calls, but chunk " + std::to_string(s.chunk) + " made " + std::to_string(s.next) +
                                   " of " + std::to_string(s.calls.size()));
+  // Every batch norm of a module reaches observed_batch_norm only through the graphs that
+  // route_batch_norms rewrote: statistics that no call showed would be combined wrongly.
+  if (s.per_chunk && s.chunk == 1 && s.expects_calls && s.calls.empty())
+    fail(KOILA_ERROR_INTERNAL, "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
+                               "observed (a module whose batch norm calls were not routed through koila)");
   if (s.chunk == 1) {
     at::NoGradGuard no_grad;
     for (const at::Tensor& t : s.counters) s.counters_after_first.push_back(t.clone());

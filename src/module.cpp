@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "batch.h"
+#include "batch_norm_route.h"
 #include "error.h"
 #include "executor.h"
 #include "random_scope.h"
@@ -551,6 +552,7 @@ NodePtr module_forward(koila_module& m, const std::vector<NodePtr>& inputs) {
   if (!m.runnable) {
     try {
       m.runnable = m.module.clone(/*inplace=*/true);
+      route_batch_norms(*m.runnable);  // done at koila_module_load already, unless made otherwise
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {

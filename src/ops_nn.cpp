@@ -2,6 +2,7 @@
 // embedding and attention.
 #include <limits>
 
+#include "batch_stats.h"
 #include "ops_common.h"
 
 using namespace koila;
@@ -260,7 +261,7 @@ KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor*
     };
     OpSpec spec{"koila_batch_norm",
                 [train, momentum, eps](const Tensors& in, const Node&) {
-                  return at::batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
+                  return observed_batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
                 },
                 rule};
     spec.signature = train ? "train" : "eval";

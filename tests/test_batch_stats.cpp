@@ -7,6 +7,11 @@
 // option. Failed runs, retries after running out of memory included, leave the running
 // statistics as they were. The real-model side (torchvision's batch-norm CNNs against
 // PyTorch's own chunked run) is in tests/corpus.
+#include <torch/csrc/jit/api/function_impl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "helpers.h"
 #include "module.h"
 #include "plan_memo.h"
@@ -266,6 +271,81 @@ TEST(BatchStats, ModuleWithCumulativeAverageCountsOneBatch) {
   }
   expect_close(weight.grad(), w2.grad(), "weight gradient");
   expect_close(bias.grad(), b2.grad(), "bias gradient");
+}
+
+// koila_module_load routes a module's batch norms through koila (batch_norm_route.h):
+// afterwards no graph of its compilation unit calls aten::batch_norm, and the module
+// computes what it computed before (eval and train mode, against LibTorch's kernel).
+TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
+  at::manual_seed(12);
+  torch::jit::Module bn = scripted::module(
+      "BatchNormRouted", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
+      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5}},
+      "def forward(self, x):\n"
+      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+      "                            self.training, 0.1, 1e-5, False)\n");
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("koila_bn_route_" + std::to_string(::getpid()) + ".pt")).string();
+  bn.save(path);
+  koila_module* raw = nullptr;
+  ASSERT_OK(koila_module_load(&raw, path.c_str(), "cpu"));
+  std::unique_ptr<koila_module, decltype(&koila_module_free)> loaded(raw, koila_module_free);
+  std::filesystem::remove(path);
+  size_t aten = 0, koila = 0;
+  for (torch::jit::Function* fn : loaded->module._ivalue()->compilation_unit()->get_functions()) {
+    if (!fn->isGraphFunction()) continue;
+    for (const torch::jit::Node* n : torch::jit::toGraphFunction(*fn).graph()->nodes()) {
+      aten += n->kind() == c10::Symbol::fromQualString("aten::batch_norm");
+      koila += n->kind() == c10::Symbol::fromQualString("koila::batch_norm");
+    }
+  }
+  EXPECT_EQ(aten, 0u);
+  EXPECT_EQ(koila, 1u);
+  const at::Tensor xs = at::randn({6, 3, 2, 2});
+  for (int train : {0, 1}) {
+    SCOPED_TRACE(train ? "train" : "eval");
+    ASSERT_OK(koila_module_train(loaded.get(), train));
+    const at::Tensor rm = loaded->module.attr("running_mean").toTensor().clone();
+    const at::Tensor rv = loaded->module.attr("running_var").toTensor().clone();
+    Handle x = from_aten(xs);
+    koila_tensor* in[] = {x.get()};
+    Handle y = CALL(koila_module_forward, loaded.get(), in, 1);
+    const at::Tensor expected = at::batch_norm(xs, loaded->module.attr("weight").toTensor(),
+                                               loaded->module.attr("bias").toTensor(), rm, rv, train, 0.1, 1e-5, false);
+    expect_close(to_aten(y.get()), expected, "output");
+    expect_close(loaded->module.attr("running_mean").toTensor(), rm, "running mean updated as LibTorch does");
+  }
+}
+
+// A module whose batch norms did not go through koila (here: its runnable clone made
+// without routing) cannot have its statistics combined per chunk: the chunked backward
+// fails with KOILA_ERROR_INTERNAL instead of leaving wrong running statistics.
+TEST(BatchStats, UnroutedModuleBatchNormsFailInsteadOfMisleading) {
+  BudgetGuard restore;
+  PolicyGuard policy(KOILA_BATCH_STATS_PER_CHUNK);
+  at::manual_seed(13);
+  torch::jit::Module bn = scripted::module(
+      "BatchNormUnrouted", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
+      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5}},
+      "def forward(self, x):\n"
+      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+      "                            self.training, 0.1, 1e-5, False)\n");
+  koila_module wrapped{bn, c10::Device(c10::kCPU)};
+  wrapped.runnable = bn.clone(/*inplace=*/true);  // as koila would make it, but not routed
+  const at::Tensor rm0 = bn.attr("running_mean").toTensor().clone();
+  Handle x = koila_models::lazy(at::randn({32, 3, 4, 4}), 0);
+  koila_tensor* in[] = {x.get()};
+  Handle y = CALL(koila_module_forward, &wrapped, in, 1);
+  Handle sq = CALL(koila_mul, y.get(), y.get());
+  Handle loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
+  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  koila_status* status = koila_backward(loss.get());
+  const koila_code code = koila_status_code(status);
+  const std::string message = koila_status_message(status);
+  koila_status_free(status);
+  EXPECT_EQ(code, KOILA_ERROR_INTERNAL) << message;
+  EXPECT_NE(message.find("batch norms in training were not observed"), std::string::npos) << message;
+  EXPECT_TRUE(at::equal(bn.attr("running_mean").toTensor(), rm0)) << "the failed run put them back";
 }
 
 }  // namespace
