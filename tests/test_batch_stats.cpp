@@ -273,17 +273,22 @@ TEST(BatchStats, ModuleWithCumulativeAverageCountsOneBatch) {
   expect_close(bias.grad(), b2.grad(), "bias gradient");
 }
 
+// A module of one batch norm over 3 channels (momentum 0.1), in TorchScript.
+torch::jit::Module one_batch_norm(const std::string& name) {
+  return scripted::module(
+      name, {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
+      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5}},
+      "def forward(self, x):\n"
+      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+      "                            self.training, 0.1, 1e-5, False)\n");
+}
+
 // koila_module_load routes a module's batch norms through koila (batch_norm_route.h):
 // afterwards no graph of its compilation unit calls aten::batch_norm, and the module
 // computes what it computed before (eval and train mode, against LibTorch's kernel).
 TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
   at::manual_seed(12);
-  torch::jit::Module bn = scripted::module(
-      "BatchNormRouted", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
-      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5}},
-      "def forward(self, x):\n"
-      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-      "                            self.training, 0.1, 1e-5, False)\n");
+  torch::jit::Module bn = one_batch_norm("BatchNormRouted");
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("koila_bn_route_" + std::to_string(::getpid()) + ".pt")).string();
   bn.save(path);
@@ -324,12 +329,7 @@ TEST(BatchStats, UnroutedModuleBatchNormsFailInsteadOfMisleading) {
   BudgetGuard restore;
   PolicyGuard policy(KOILA_BATCH_STATS_PER_CHUNK);
   at::manual_seed(13);
-  torch::jit::Module bn = scripted::module(
-      "BatchNormUnrouted", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
-      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5}},
-      "def forward(self, x):\n"
-      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-      "                            self.training, 0.1, 1e-5, False)\n");
+  torch::jit::Module bn = one_batch_norm("BatchNormUnrouted");
   koila_module wrapped{bn, c10::Device(c10::kCPU)};
   wrapped.runnable = bn.clone(/*inplace=*/true);  // as koila would make it, but not routed
   const at::Tensor rm0 = bn.attr("running_mean").toTensor().clone();
