@@ -1,12 +1,14 @@
 // bench_groups: the time of a data-parallel training step (koila_group_backward on 2
 // processes of this machine, Gloo over loopback, each on half the batch) against a
-// single-process step (koila_backward) with the same global batch; unsplit and chunked under
-// a budget; with the gradients all-reduced in buckets of several sizes. Through the C API.
+// single-process step (koila_backward) with the same global batch; unsplit, and under the
+// tightest budget (in steps of 1% of the unsplit need) the single process's backward still
+// plans under, the same bytes beyond what is held for each rank; with the gradients
+// all-reduced in buckets of several sizes. Through the C API.
 //
 //   bench_groups [batch] [repeats]      the driver: runs everything, prints the table
-//   bench_groups --rank R INIT OUT ...  one rank (started by the driver)
+//   bench_groups --rank R INIT OUT BATCH REPEATS EXTRA   one rank (started by the driver)
 //
-// The model: an MLP 1024 -> 2048 -> 2048 -> 10 (float32, 6.3M parameters, 25 MiB of
+// The model: an MLP 1024 -> 1024 -> 1024 -> 10 (float32, 2.1M parameters, 8 MiB of
 // gradients) with cross entropy (MEAN).
 #include <signal.h>
 #include <spawn.h>
@@ -27,7 +29,7 @@ extern char** environ;
 
 namespace {
 
-constexpr int64_t kIn = 1024, kHidden = 2048, kClasses = 10;
+constexpr int64_t kIn = 1024, kHidden = 1024, kClasses = 10;
 
 void check(koila_status* s, const char* what) {
   if (!s) return;
@@ -91,9 +93,12 @@ void zero(Model& m) {
   for (koila_tensor* p : m.params) check(koila_tensor_zero_grad(p), "zero_grad");
 }
 
-// A budget of `fraction` of what the unsplit backward needs beyond what is held (0: none).
-int64_t set_budget(const Model& m, double fraction) {
+// fraction 0: no budget. Otherwise the lowest budget, stepping down from the unsplit need
+// (beyond what is held) in steps of `fraction` of it, under which the backward still plans:
+// it runs in the fewest chunks koila can split it into here. Returns the number of chunks.
+int64_t set_budget(const Model& m, double fraction, uint64_t* extra = nullptr) {
   check(koila_set_memory_budget("cpu", 0), "budget");
+  if (extra) *extra = 0;
   if (fraction <= 0) return 1;
   koila_plan* plan = nullptr;
   uint64_t current = 0;
@@ -101,7 +106,33 @@ int64_t set_budget(const Model& m, double fraction) {
   check(koila_memory_stats("cpu", &current, nullptr), "stats");
   const uint64_t full = koila_plan_full_peak_bytes(plan);
   koila_plan_free(plan);
-  check(koila_set_memory_budget("cpu", current + static_cast<uint64_t>((full - current) * fraction)), "budget");
+  int64_t chunks = 1;
+  uint64_t chosen = 0;
+  for (double f = 1 - fraction; f > 0; f -= fraction) {
+    const uint64_t budget = current + static_cast<uint64_t>((full - current) * f);
+    check(koila_set_memory_budget("cpu", budget), "budget");
+    koila_status* s = koila_plan_new(&plan, m.loss, KOILA_MODE_TRAINING);
+    if (s) {
+      koila_status_free(s);
+      break;
+    }
+    chunks = koila_plan_num_chunks(plan);
+    chosen = budget;
+    koila_plan_free(plan);
+  }
+  check(koila_set_memory_budget("cpu", chosen), "budget");
+  if (extra && chosen) *extra = chosen - current;
+  return chosen ? chunks : 1;
+}
+
+// A budget of `extra` bytes beyond what is held now (0: none); the number of chunks.
+int64_t set_extra_budget(const Model& m, uint64_t extra) {
+  check(koila_set_memory_budget("cpu", 0), "budget");
+  if (extra == 0) return 1;
+  uint64_t current = 0;
+  check(koila_memory_stats("cpu", &current, nullptr), "stats");
+  check(koila_set_memory_budget("cpu", current + extra), "budget");
+  koila_plan* plan = nullptr;
   check(koila_plan_new(&plan, m.loss, KOILA_MODE_TRAINING), "plan");
   const int64_t chunks = koila_plan_num_chunks(plan);
   koila_plan_free(plan);
@@ -110,13 +141,13 @@ int64_t set_budget(const Model& m, double fraction) {
 
 // One rank: times local backwards and group backwards, alternating; writes
 // "chunks local_median group_median" to OUT.
-int run_rank(int rank, const char* init, const char* out, int64_t batch, int repeats, double fraction) {
+int run_rank(int rank, const char* init, const char* out, int64_t batch, int repeats, uint64_t extra) {
   koila_group* g = nullptr;
   check(koila_group_new(&g, "gloo", init, rank, 2, 120000), "group_new");
   const int64_t half = batch / 2;
   Model m = build(batch, rank * half, rank == 0 ? half : batch - half);
   check(koila_group_broadcast(g, m.params.data(), m.params.size(), 0), "broadcast");
-  const int64_t chunks = set_budget(m, fraction);
+  const int64_t chunks = set_extra_budget(m, extra);
   std::vector<double> local, grouped;
   for (int i = 0; i <= repeats; ++i) {
     zero(m);
@@ -142,7 +173,7 @@ struct RankResult {
 
 // Starts the two ranks with `env_extra` added to the environment; returns rank 0's and
 // rank 1's figures.
-std::vector<RankResult> run_ranks(const char* self, int64_t batch, int repeats, double fraction,
+std::vector<RankResult> run_ranks(const char* self, int64_t batch, int repeats, uint64_t extra,
                                   const std::vector<std::string>& env_extra) {
   char dir_pattern[] = "/tmp/bench_groups_XXXXXX";
   const std::string dir = mkdtemp(dir_pattern);
@@ -156,7 +187,7 @@ std::vector<RankResult> run_ranks(const char* self, int64_t batch, int repeats, 
   std::vector<pid_t> pids(2);
   for (int r = 0; r < 2; ++r) {
     std::vector<std::string> args = {self, "--rank", std::to_string(r), init, dir + "/out." + std::to_string(r),
-                                     std::to_string(batch), std::to_string(repeats), std::to_string(fraction)};
+                                     std::to_string(batch), std::to_string(repeats), std::to_string(extra)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -180,26 +211,34 @@ std::vector<RankResult> run_ranks(const char* self, int64_t batch, int repeats, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 9 && std::string(argv[1]) == "--rank")
-    return run_rank(std::atoi(argv[2]), argv[3], argv[4], std::atoll(argv[6]), std::atoi(argv[7]), std::atof(argv[8]));
-  const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 512;
+  if (argc > 1 && std::string(argv[1]) == "--rank") {
+    if (argc != 8) return 2;  // --rank R INIT OUT BATCH REPEATS EXTRA_BYTES
+    return run_rank(std::atoi(argv[2]), argv[3], argv[4], std::atoll(argv[5]), std::atoi(argv[6]),
+                    std::strtoull(argv[7], nullptr, 10));
+  }
+  const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1024;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (batch < 2 || repeats < 1) {
+    std::fprintf(stderr, "usage: bench_groups [batch >= 2] [repeats >= 1]\n");
+    return 2;
+  }
   const char* self = "/proc/self/exe";
   char path[4096];
   const ssize_t n = readlink(self, path, sizeof path - 1);
   if (n <= 0) return 1;
   path[n] = '\0';
 
-  std::printf("bench_groups: MLP %lld-%lld-%lld-%lld (float32, 25 MiB of gradients), global batch %lld, "
+  std::printf("bench_groups: MLP %lld-%lld-%lld-%lld (float32, 8 MiB of gradients), global batch %lld, "
               "median of %d steps; %ld CPU cores\n\n",
               static_cast<long long>(kIn), static_cast<long long>(kHidden), static_cast<long long>(kHidden),
               static_cast<long long>(kClasses), static_cast<long long>(batch), repeats, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-34s %8s %12s %12s %12s %10s\n", "configuration", "chunks", "local ms", "step ms", "comm ms",
               "vs single");
-  for (double fraction : {0.0, 0.25}) {
-    const char* budget = fraction > 0 ? "budget 1/4" : "no budget";
+  for (double fraction : {0.0, 0.01}) {
+    const char* budget = fraction > 0 ? "tight budget" : "no budget";
     Model single = build(batch, 0, batch);
-    const int64_t chunks = set_budget(single, fraction);
+    uint64_t extra = 0;
+    const int64_t chunks = set_budget(single, fraction, &extra);
     std::vector<double> times;
     for (int i = 0; i <= repeats; ++i) {
       zero(single);
@@ -213,6 +252,7 @@ int main(int argc, char** argv) {
     koila_tensor_free(single.loss);
     std::printf("%-34s %8lld %12s %12.1f %12s %10s\n", (std::string("1 process, ") + budget).c_str(),
                 static_cast<long long>(chunks), "", base * 1e3, "", "1.00x");
+    std::fflush(stdout);
     struct Variant {
       const char* name;
       std::vector<std::string> env;
@@ -224,11 +264,12 @@ int main(int argc, char** argv) {
         {"2 processes, 4 MiB, 1 thread each", {"OMP_NUM_THREADS=1"}},
     };
     for (const Variant& v : variants) {
-      const std::vector<RankResult> r = run_ranks(path, batch, repeats, fraction, v.env);
+      const std::vector<RankResult> r = run_ranks(path, batch, repeats, extra, v.env);
       const double step = std::max(r[0].grouped, r[1].grouped);
       const double local = std::max(r[0].local, r[1].local);
       std::printf("%-34s %8ld %12.1f %12.1f %12.1f %9.2fx\n", (std::string(v.name) + ", " + budget).c_str(),
                   r[0].chunks, local * 1e3, step * 1e3, (step - local) * 1e3, base / step);
+      std::fflush(stdout);
     }
   }
   std::printf("\nlocal ms: a rank's koila_backward on its half alone; step ms: its koila_group_backward (local "

@@ -372,7 +372,8 @@ std::vector<Bucket> make_buckets(const std::vector<at::Tensor>& targets, size_t 
 // order, so the ranks must choose alike).
 class Reduction {
  public:
-  Reduction(std::vector<at::Tensor> targets, size_t bytes) : targets_(std::move(targets)) {
+  Reduction(std::vector<at::Tensor> targets, size_t bytes, c10::Device device)
+      : targets_(std::move(targets)), device_(device) {
     try {
       allocate(bytes);
       staged_ = true;
@@ -409,7 +410,8 @@ class Reduction {
     for (const Bucket& b : buckets_)
       if (!b.in_place) largest[b.dtype] = std::max(largest[b.dtype], b.elements);
     for (const auto& [dtype, elements] : largest)
-      for (int i = 0; i < kInFlight; ++i) free_[dtype].push_back(at::empty({elements}, at::TensorOptions().dtype(dtype)));
+      for (int i = 0; i < kInFlight; ++i)
+        free_[dtype].push_back(at::empty({elements}, at::TensorOptions().dtype(dtype).device(device_)));
   }
 
   struct Flight {
@@ -458,6 +460,7 @@ class Reduction {
   }
 
   std::vector<at::Tensor> targets_;
+  const c10::Device device_;  // the collectives' (the gradients are there too)
   bool staged_ = false;
   std::vector<Bucket> buckets_;
   std::map<at::ScalarType, std::vector<at::Tensor>> free_;
@@ -618,7 +621,7 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
           if (!targets[p].defined()) targets[p] = late[p] = at::zeros(params[p].sizes(), params[p].options());
         mine.kind = reduction.kind;
         mine.weight = reduction.count;
-        reduce = std::make_unique<Reduction>(targets, bucket_bytes());
+        reduce = std::make_unique<Reduction>(targets, bucket_bytes(), comm.device);
         mine.staged = reduce->staged();
       } catch (...) {
         fail_together(comm, rank_, size_, mine, unchanged);

@@ -3,8 +3,11 @@
 // full-batch backward; failures (a budget too small on one rank, a rank killed, a rank that
 // never arrives); bad arguments. Every multi-process run has a hard deadline: workers still
 // running then are killed and the test fails.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +57,22 @@ std::vector<double> read_doubles(const std::string& path) {
   return v;
 }
 
+// A loopback port nobody listens on now (the kernel's pick; rank 0's TCPStore binds it).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    port = ntohs(address.sin_port);
+  if (fd >= 0) close(fd);
+  EXPECT_GT(port, 0);
+  return port;
+}
+
 // Runs `size` workers of `scenario` and collects what each wrote. Workers alive after
 // `deadline` are killed (the caller checks what it expects to have finished).
 std::vector<Outcome> run_group(const std::string& scenario, int size, int64_t timeout_ms,
@@ -61,10 +80,7 @@ std::vector<Outcome> run_group(const std::string& scenario, int size, int64_t ti
   const std::string dir = temp_dir();
   EXPECT_FALSE(dir.empty());
   std::string init = "file://" + dir + "/store";
-  if (init_kind == "tcp") {
-    // A port nobody listens on now (rank 0's TCPStore binds it).
-    init = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() * 7 + static_cast<int>(time(nullptr))) % 20000);
-  }
+  if (init_kind == "tcp") init = "tcp://127.0.0.1:" + std::to_string(free_port());
   std::vector<pid_t> pids(size, -1);
   for (int r = 0; r < size; ++r) {
     const std::string rank = std::to_string(r), world = std::to_string(size), timeout = std::to_string(timeout_ms);
