@@ -632,8 +632,10 @@ KOILA_API koila_status *koila_group_broadcast(koila_group *g, koila_tensor *cons
    and no rank's gradients change. A rank that dies or does not arrive makes the call fail
    with KOILA_ERROR_IO on the others within the group's timeout (then, too, no gradient
    has changed). Gradients are all-reduced in buckets of 4 MiB (larger tensors alone, in
-   place), two in flight at a time; the two staging buffers are allocated within the
-   budget before the ranks agree. */
+   place; the environment variable KOILA_GROUP_BUCKET_BYTES sets another size), two in
+   flight at a time; the two staging buffers are allocated within the budget before the
+   ranks agree, and when they do not fit on some rank every rank reduces each gradient
+   alone, in place. */
 KOILA_API koila_status *koila_group_backward(koila_group *g, const koila_tensor *loss,
                                              koila_tensor *const *params, size_t n);
 KOILA_API void koila_group_free(koila_group *g);

@@ -1080,8 +1080,10 @@ extern "C" {
     #[doc = "and no rank's gradients change. A rank that dies or does not arrive makes the call fail"]
     #[doc = "with KOILA_ERROR_IO on the others within the group's timeout (then, too, no gradient"]
     #[doc = "has changed). Gradients are all-reduced in buckets of 4 MiB (larger tensors alone, in"]
-    #[doc = "place), two in flight at a time; the two staging buffers are allocated within the"]
-    #[doc = "budget before the ranks agree."]
+    #[doc = "place; the environment variable KOILA_GROUP_BUCKET_BYTES sets another size), two in"]
+    #[doc = "flight at a time; the two staging buffers are allocated within the budget before the"]
+    #[doc = "ranks agree, and when they do not fit on some rank every rank reduces each gradient"]
+    #[doc = "alone, in place."]
     pub fn koila_group_backward(
         g: *mut koila_group,
         loss: *const koila_tensor,
