@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "koila.h"
+#include "synthetic_images.h"
 
 static void check(koila_status *s, const char *what) {
   if (s == NULL) return;
@@ -48,25 +49,13 @@ int main(int argc, char **argv) {
   koila_plan *plan = NULL;
   size_t n_params = 0, i;
   uint64_t current = 0, peak = 0, budget = 0, unsplit = 0;
-  unsigned long long seed = 42;
-  int64_t s, p;
   int step;
 
   if (images == NULL || labels == NULL || batch < 1 || steps < 1) {
     fprintf(stderr, "usage: %s [cnn.pt] [batch >= 1] [steps >= 1]\n", argv[0]);
     return 2;
   }
-  /* Synthetic data the network can learn: each class brightens its own 8x8 patch. */
-  for (s = 0; s < batch; ++s) {
-    const int64_t label = s % 10;
-    labels[s] = label;
-    for (p = 0; p < (int64_t)pixels; ++p) {
-      const int64_t row = (p / 32) % 32, col = p % 32;
-      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-      images[s * (int64_t)pixels + p] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5) +
-                                        ((row / 8) * 4 + col / 8 == label ? 1.0f : 0.0f);
-    }
-  }
+  synthetic_images(images, labels, batch);
 
   check(koila_module_load(&net, path, "cpu"), "koila_module_load");
   check(koila_tensor_from_data(&images_t, images, (size_t)batch * pixels * sizeof *images, KOILA_FLOAT32,

@@ -58,6 +58,7 @@ typedef struct koila_status koila_status;
 typedef struct koila_plan koila_plan;
 typedef struct koila_module koila_module;
 typedef struct koila_optimizer koila_optimizer;
+typedef struct koila_group koila_group;
 
 typedef enum koila_code {
   KOILA_OK = 0,
@@ -580,6 +581,65 @@ KOILA_API koila_status *koila_optimizer_step(koila_optimizer *o);
 /* Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad). */
 KOILA_API koila_status *koila_optimizer_zero_grad(koila_optimizer *o);
 KOILA_API void koila_optimizer_free(koila_optimizer *o);
+
+/* ------------------------------------------------------------------------------------ */
+/* Process groups: data parallel across processes and GPUs                                */
+/*                                                                                        */
+/* Every process holds the model and trains on its own shard of the batch; the gradients  */
+/* are combined so that every rank ends with those of the loss over the union of the      */
+/* shards. Through LibTorch's c10d: Gloo for CPU tensors, NCCL for CUDA tensors (only when */
+/* LibTorch was built with it), with c10d's TCPStore or FileStore for the rendezvous.     */
+/* Collectives are matched by order: every rank makes the same group calls in the same    */
+/* order. A collective that fails (a rank died, or did not arrive within the group's      */
+/* timeout) is KOILA_ERROR_IO and leaves the group unusable: later calls fail at once     */
+/* with KOILA_ERROR_IO; free it and join a new one.                                       */
+/* ------------------------------------------------------------------------------------ */
+
+/* Joins a group of world_size processes as `rank` (0 <= rank < world_size). backend:
+   "gloo" or "nccl"; init: "tcp://HOST:PORT" (rank 0 listens there) or "file:///PATH" (a
+   file every rank can reach, which must not be left over from an earlier group). Gloo
+   connects through the interface GLOO_SOCKET_IFNAME names, else loopback when init is a
+   file or a loopback address, else this host's address. timeout_ms (> 0) bounds the
+   rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not
+   join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED
+   for "nccl" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown
+   backend, a malformed init or a rank out of range. */
+KOILA_API koila_status *koila_group_new(koila_group **out, const char *backend, const char *init,
+                                        int rank, int world_size, int64_t timeout_ms);
+/* -1 for NULL. */
+KOILA_API int koila_group_rank(const koila_group *g);
+/* -1 for NULL. */
+KOILA_API int koila_group_size(const koila_group *g);
+/* Every rank ends with root's values of the tensors (e.g. parameters before training).
+   The tensors must be concrete, on the group's device (CPU for Gloo), and the same number
+   and sizes on every rank: otherwise every rank fails (before anything is sent) with the
+   failing rank's code. Gradients are not recorded. */
+KOILA_API koila_status *koila_group_broadcast(koila_group *g, koila_tensor *const *ts, size_t n,
+                                              int root);
+/* Every rank passes the loss over its own shard of the batch (shards may differ in size)
+   and the same params, in the same order (concrete leaves that require grad, listing
+   every tensor the loss's gradients reach). Runs the planned backward locally (chunked
+   under the local budget), then all-reduces so that on every rank the gradient of the
+   loss over the union of the shards is added into the .grad of params:
+     - a MEAN over the batch (e.g. cross_entropy with KOILA_REDUCTION_MEAN) weighs each
+       rank by the count it averaged over (its shard's size; ignored targets excluded), so
+       uneven shards give the full batch's gradient;
+     - a loss of SUM reductions over the batch adds the ranks' gradients;
+     - any other loss (a concrete one, no lazy batch) averages them.
+   Terms that do not depend on the batch (a weight penalty) are counted once.
+   Before any gradient changes, the ranks agree: a failure on any rank (bad arguments,
+   planning, out of memory, a bad graph) fails the call on every rank with that rank's
+   code and a message naming it ("rank 1 failed with KOILA_ERROR_OUT_OF_MEMORY: ..."),
+   and no rank's gradients change. A rank that dies or does not arrive makes the call fail
+   with KOILA_ERROR_IO on the others within the group's timeout (then, too, no gradient
+   has changed). Gradients are all-reduced in buckets of 4 MiB (larger tensors alone, in
+   place; the environment variable KOILA_GROUP_BUCKET_BYTES sets another size), two in
+   flight at a time; the two staging buffers are allocated within the budget before the
+   ranks agree, and when they do not fit on some rank every rank reduces each gradient
+   alone, in place. */
+KOILA_API koila_status *koila_group_backward(koila_group *g, const koila_tensor *loss,
+                                             koila_tensor *const *params, size_t n);
+KOILA_API void koila_group_free(koila_group *g);
 
 #ifdef __cplusplus
 }

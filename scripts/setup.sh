@@ -5,7 +5,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # libopenblas0-pthread: LibTorch on Debian otherwise runs its matrix products on the
 # reference BLAS, some 30 times slower (tests and benchmarks would crawl).
 packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread
-          python3 python3-torch python3-torchvision openjdk-17-jdk-headless junit5 bindgen)
+          python3 python3-torch python3-torchvision openjdk-17-jdk-headless junit5 bindgen
+          libgloo-dev)
 # Rust: a rustup toolchain when there is one, else Debian's cargo (rustc 1.63).
 if ! command -v cargo >/dev/null && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
   packages+=(cargo)

@@ -179,12 +179,24 @@ class GradientTarget {
   }
 
   // The end: divides this call's sums by `divisor` (> 0: a mean whose total was known only
-  // after the last chunk) and adds the snapshots back.
-  void finish(double divisor) {
+  // after the last chunk), hands them to the run's before_commit, and adds the snapshots
+  // back.
+  void finish(double divisor, const LossReduction& reduction) {
+    for (Entry& e : entries_) {
+      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      if (grad.defined() && divisor > 0) grad.div_(divisor);
+    }
+    if (run_.before_commit && run_.commit && !run_.meta) {
+      Tensors leaves, grads;  // .grad holds this call's sum alone until the snapshots are back
+      for (Entry& e : entries_) {
+        leaves.push_back(e.leaf);
+        grads.push_back(grad_of(e));
+      }
+      run_.before_commit(leaves, grads, reduction);
+    }
     for (Entry& e : entries_) {
       at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
       if (!grad.defined()) continue;
-      if (divisor > 0) grad.div_(divisor);
       if (!run_.commit || e.start != GradStart::Held) continue;
       if (!e.saved.defined())  // a simulation of a snapshot in host memory: its copy back
         grad.add_(at::empty_like(grad));
@@ -237,11 +249,49 @@ class GradientTarget {
   bool finished_ = false;
 };
 
-void finish(const ChunkRun& run, const Tensors& leaves, const Tensors& grads) {
-  if (run.commit) commit_gradients(leaves, grads);
+// Whether the run hands its gradients to a before_commit.
+bool hands_over(const ChunkRun& run) { return run.before_commit && run.commit && !run.meta; }
+
+// How the loss reduced the batch (see LossReduction), from the counts its MEAN boundaries
+// averaged over (indexed like a.boundaries).
+LossReduction loss_reduction(const Analysis& a, const std::vector<double>& mean_counts) {
+  LossReduction r;
+  if (a.boundaries.empty()) return r;
+  bool only_sums = true, any_mean = false;
+  for (size_t k = 0; k < a.boundaries.size(); ++k) {
+    const BatchReduction reduction = a.boundaries[k]->reduction;
+    if (reduction == BatchReduction::Mean) {
+      if (any_mean && mean_counts[k] != r.count)
+        fail(KOILA_ERROR_UNSUPPORTED, "the loss combines means over the batch that averaged over different counts (" +
+                                          std::to_string(r.count) + " and " + std::to_string(mean_counts[k]) +
+                                          "); a group weighs each shard by one count");
+      any_mean = true;
+      r.count = mean_counts[k];
+    } else if (reduction != BatchReduction::Sum) {
+      only_sums = false;
+    }
+  }
+  if (any_mean)
+    r.kind = LossReduction::Kind::Mean;
+  else if (only_sums)
+    r.kind = LossReduction::Kind::Sum;
+  return r;
+}
+
+void finish(const ChunkRun& run, const Tensors& leaves, Tensors grads, const LossReduction& reduction) {
+  if (!run.commit) return;
+  if (hands_over(run)) hand_over(run.before_commit, leaves, grads, reduction);
+  commit_gradients(leaves, grads);
 }
 
 }  // namespace
+
+void hand_over(const BeforeCommit& before_commit, const Tensors& leaves, Tensors& grads,
+               const LossReduction& reduction) {
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (grads[i].defined()) grads[i] = owned_gradient(grads[i], leaves[i]);
+  before_commit(leaves, grads, reduction);
+}
 
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   if (!a.splits(run.chunk)) {
@@ -285,13 +335,15 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     ChunkStats stats(stats_mode(a, run), a.nodes);
     EvalOptions options = options_for(run);
     options.grad = true;
+    ChunkCounts counts(a.boundaries);
+    if (hands_over(run)) counts.observe(options, run);
     at::Tensor value = evaluate(root, options);
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
     const Tensors grads = gradients({value}, {}, leaves, retain);
     stats.end_chunk();
     stats.prepare();
-    finish(run, leaves, grads);
+    finish(run, leaves, grads, hands_over(run) ? loss_reduction(a, counts.counts) : LossReduction{});
     stats.commit();
     report_whole(run, "backward");
     return;
@@ -374,13 +426,16 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     }
     target.backward(values, grad_outputs, leaves, retain);
   });
+  const LossReduction reduction = hands_over(run) ? loss_reduction(a, weights_total) : LossReduction{};
   if (!target.any_leaves()) {
     if (leaves_known) no_leaves();
-    return;  // every chunk averaged over nothing (e.g. all targets ignored): nothing to add
+    // Every chunk averaged over nothing (e.g. all targets ignored): nothing to add.
+    if (hands_over(run)) run.before_commit({}, {}, reduction);
+    return;
   }
   const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
   stats.prepare();
-  target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0);
+  target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0, reduction);
   stats.commit();
 }
 

@@ -13,6 +13,30 @@
 
 namespace koila {
 
+// How a backward's loss reduced its batch, for combining the gradients of backward runs
+// over several shards of one batch (a process group, group.h).
+struct LossReduction {
+  enum class Kind {
+    Mean,   // a MEAN over the batch: `count` is what it averaged over (ignored targets excluded)
+    Sum,    // SUM reductions only
+    Other   // no reduction over a lazy batch (a concrete loss, no batch), or max/min
+  };
+  Kind kind = Kind::Other;
+  double count = 0;
+};
+
+// A backward's last step before any gradient is final: called once, when every chunk has
+// run, with the leaves the gradients go to, this run's gradient of each (owned, dense,
+// undefined where none reached the leaf; it may change them in place, and what it leaves is
+// what is added into .grad) and how the loss reduced the batch. When it throws, every
+// .grad is put back as it was.
+using BeforeCommit = std::function<void(const Tensors& leaves, const Tensors& grads, const LossReduction&)>;
+
+// Calls `before_commit` with gradients as autograd handed them out (views of other tensors,
+// expanded scalars), each first made an owned dense tensor it may change in place.
+void hand_over(const BeforeCommit& before_commit, const Tensors& leaves, Tensors& grads,
+               const LossReduction& reduction);
+
 struct ChunkRun {
   int64_t chunk = -1;       // samples per chunk; -1 (or the batch or more): unsplit
   int64_t max_chunks = -1;  // > 0: stop after this many chunks (simulations and probes)
@@ -34,6 +58,8 @@ struct ChunkRun {
   // In a simulation: whether the real tensor behind a stand-in has an all-zero .grad (the
   // stand-in has a meta .grad when the real one has a .grad). Unset: none is known zero.
   std::function<bool(const at::Tensor&)> grad_is_zero;
+  // Real committed backward runs: see BeforeCommit.
+  BeforeCommit before_commit;
 };
 
 // The value of `root`, chunked along the batch as `run` says. Records no autograd.

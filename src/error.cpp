@@ -39,6 +39,8 @@ bool is_out_of_memory(const std::exception& e, const std::string& text) {
 bool is_out_of_memory(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
+  } catch (const FinalError&) {
+    return false;
   } catch (const Error& err) {
     return err.code() == KOILA_ERROR_OUT_OF_MEMORY;
   } catch (const c10::OutOfMemoryError&) {

@@ -24,6 +24,14 @@ class Error : public std::runtime_error {
   koila_code code_;
 };
 
+// An error that a planned run must not retry with a smaller chunk, whatever its code: it
+// arose after the run's work was shared with other processes (a process group's
+// collectives, group.h), which a retry would repeat out of step with them.
+class FinalError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The status handed out when even allocating a status fails; never deleted.
 koila_status& out_of_memory_status();
 

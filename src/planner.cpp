@@ -306,7 +306,7 @@ at::Tensor run_forward(const NodePtr& root, Plan* used) {
   return result;
 }
 
-void run_backward(const NodePtr& loss, Plan* used) {
+void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_commit) {
   check_loss(loss);
   if (!loss->lazy()) {
     const at::Tensor& value = loss->value;
@@ -314,7 +314,9 @@ void run_backward(const NodePtr& loss, Plan* used) {
     if (leaves.empty())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
                                          "(see koila_tensor_set_requires_grad)");
-    commit_gradients(leaves, gradients({value}, {}, leaves));
+    Tensors grads = gradients({value}, {}, leaves);
+    if (before_commit) hand_over(before_commit, leaves, grads, LossReduction{});
+    commit_gradients(leaves, grads);
     report_progress("backward", 1, 1);  // one chunk, as an unsplit lazy backward
     if (used) *used = plan_with(loss, Mode::Training, false);
     return;
@@ -324,6 +326,7 @@ void run_backward(const NodePtr& loss, Plan* used) {
     run.chunk = p.chunk;
     run.per_chunk_stats = p.per_chunk_stats;
     run.progress = true;
+    run.before_commit = before_commit;
     backward_chunks(loss, a, run);
   });
   if (used) *used = plan;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "chunked_run.h"
 #include "graph.h"
 #include "plan_analysis.h"
 
@@ -63,6 +64,8 @@ at::Tensor run_forward(const NodePtr& root, Plan* used = nullptr);
 // Backward from a one-element loss, planned and chunked. Gradients add into the .grad of
 // every tensor that requires grad (chunk by chunk when split); a failure, a retry after
 // running out of memory included, leaves every gradient as it was.
-void run_backward(const NodePtr& loss, Plan* used = nullptr);
+// `before_commit` (see chunked_run.h), when given, sees the gradients once they are all
+// computed and before any is final; after it has been called, an error is not retried.
+void run_backward(const NodePtr& loss, Plan* used = nullptr, const BeforeCommit& before_commit = {});
 
 }  // namespace koila

@@ -279,6 +279,29 @@ int main(int argc, char **argv) {
   CHECK(strstr(koila_status_message(s), "koila_set_chunking") != NULL);
   koila_status_free(s);
 
+  /* Process groups: what fails before joining anything (tests/test_groups.cpp joins). */
+  {
+    koila_group *g = NULL;
+    s = koila_group_new(&g, "gloo", "tcp://127.0.0.1", 0, 2, 1000);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT && g == NULL);
+    koila_status_free(s);
+    s = koila_group_new(&g, "smoke-signals", "file:///tmp/x", 0, 1, 1000);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT && g == NULL);
+    CHECK(strstr(koila_status_message(s), "koila_group_new") != NULL);
+    koila_status_free(s);
+    s = koila_group_new(&g, "gloo", "file:///tmp/x", 3, 2, 1000);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT && g == NULL);
+    koila_status_free(s);
+    CHECK(koila_group_rank(NULL) == -1 && koila_group_size(NULL) == -1);
+    s = koila_group_broadcast(NULL, &w, 1, 0);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
+    koila_status_free(s);
+    s = koila_group_backward(NULL, loss, &w, 1);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
+    koila_status_free(s);
+    koila_group_free(NULL);
+  }
+
   if (argc > 1)
     module_checks(argv[1]);
   else {

@@ -118,6 +118,7 @@ KOILA_HANDLE(koila_status)
 KOILA_HANDLE(koila_plan)
 KOILA_HANDLE(koila_module)
 KOILA_HANDLE(koila_optimizer)
+KOILA_HANDLE(koila_group)
 
 /* koila_tensor *const *ts, size_t n (also inputs, params): a long[] of tensor handles. */
 %define KOILA_TENSOR_ARRAY(NAME)

@@ -1047,6 +1047,49 @@ std::vector<Entry> make_table() {
     st.optimizers.erase(st.optimizers.begin() + static_cast<long>(i));
   });
 
+  // Process groups join other processes (tests/test_groups.cpp runs them); here only the
+  // calls that must fail at once without joining anything: NULL handles, bad arguments.
+  add("koila_group_new", 1, [](State& st) {
+    static const char* const backends[] = {"gloo", "nccl", "mpi", "", nullptr};
+    static const char* const inits[] = {"tcp://127.0.0.1", "udp://h:1", "file://relative", "", "tcp://:0", nullptr};
+    const char* backend = backends[st.in.below(5)];
+    const char* init = inits[st.in.below(6)];
+    const int world = st.in.below(4) - 1, rank = st.in.below(5) - 2;
+    const int64_t timeout = st.in.below(3) - 1;
+    note("koila_group_new with bad arguments");
+    koila_group* out = sentinel<koila_group>();
+    const bool null_out = st.in.chance(10);
+    if (check(koila_group_new(null_out ? nullptr : &out, backend, init, rank, world, timeout), "koila_group_new"))
+      die("koila_group_new succeeded with bad arguments");
+    if (!null_out) check_out(false, out, "koila_group_new");
+  });
+  add("koila_group_rank", 1, [](State&) {
+    note("koila_group_rank/size of NULL");
+    if (koila_group_rank(nullptr) != -1 || koila_group_size(nullptr) != -1) die("a NULL group has a rank or size");
+  });
+  add("koila_group_size", 0, [](State&) {});  // exercised by koila_group_rank's action
+  add("koila_group_broadcast", 1, [](State& st) {
+    koila_tensor* ts[2] = {pick(st), pick(st)};
+    note("koila_group_broadcast on a NULL group");
+    koila_status* s = koila_group_broadcast(nullptr, ts, static_cast<size_t>(st.in.below(3)), st.in.below(3) - 1);
+    const koila_code code = koila_status_code(s);
+    check(s, "koila_group_broadcast");
+    if (code != KOILA_ERROR_INVALID_ARGUMENT) die("koila_group_broadcast on a NULL group gave " + std::to_string(code));
+  });
+  add("koila_group_backward", 1, [](State& st) {
+    koila_tensor* loss = pick(st);
+    koila_tensor* params[2] = {pick(st), pick(st)};
+    note("koila_group_backward on a NULL group");
+    koila_status* s = koila_group_backward(nullptr, loss, params, static_cast<size_t>(st.in.below(3)));
+    const koila_code code = koila_status_code(s);
+    check(s, "koila_group_backward");
+    if (code != KOILA_ERROR_INVALID_ARGUMENT) die("koila_group_backward on a NULL group gave " + std::to_string(code));
+  });
+  add("koila_group_free", 1, [](State&) {
+    note("koila_group_free(NULL)");
+    koila_group_free(nullptr);
+  });
+
   add("training scenario", 3, training_scenario);
   return table;
 }

@@ -28,7 +28,7 @@ module Koila
 
 include("LibKoila.jl")
 using .LibKoila
-using .LibKoila: koila_tensor, koila_status, koila_plan, koila_module, koila_optimizer,
+using .LibKoila: koila_tensor, koila_status, koila_plan, koila_module, koila_optimizer, koila_group,
                  koila_code, koila_dtype, koila_reduction, koila_mode, koila_batch_stats,
                  koila_chunking
 
@@ -55,6 +55,7 @@ include("memory.jl")
 include("chunking.jl")
 include("progress.jl")
 include("modules.jl")
+include("groups.jl")
 
 export KoilaError, @check, BFloat16
 export Tensor, lazy, batchdim, islazy, item, evaluate, to_string
@@ -69,5 +70,6 @@ export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, bu
        manual_seed!, set_batch_stats!, set_chunking!, set_progress!
 export TorchModule, forward, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, Optimizer, SGD, Adam, step!
+export ProcessGroup, group_rank, group_size, group_broadcast!, group_backward!
 
 end # module Koila

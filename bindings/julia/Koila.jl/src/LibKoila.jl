@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: b351b5ea84093de683a2b32d7f1384b0c8fe38ac28ab0db406f8993ebe56f66d
+# Header sha256: cd313ac9f01bf417427507775180d95d56c61409ba31d2842c066ac00b64f809
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -114,6 +114,7 @@ mutable struct koila_status end
 mutable struct koila_plan end
 mutable struct koila_module end
 mutable struct koila_optimizer end
+mutable struct koila_group end
 
 # ----------------------------------------------------------------------------------------
 # Enums: C enums are int-sized, hence Cint
@@ -302,6 +303,12 @@ const _fptr_koila_optimizer_adam = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_step = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_zero_grad = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_new = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_rank = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_size = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_broadcast = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_backward = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_free = Ref{Ptr{Cvoid}}(C_NULL)
 
 # Every function of koila.h, with the slot its address is stored in by load_libkoila.
 const _FUNCTIONS = (
@@ -425,6 +432,12 @@ const _FUNCTIONS = (
     (:koila_optimizer_step, _fptr_koila_optimizer_step),
     (:koila_optimizer_zero_grad, _fptr_koila_optimizer_zero_grad),
     (:koila_optimizer_free, _fptr_koila_optimizer_free),
+    (:koila_group_new, _fptr_koila_group_new),
+    (:koila_group_rank, _fptr_koila_group_rank),
+    (:koila_group_size, _fptr_koila_group_size),
+    (:koila_group_broadcast, _fptr_koila_group_broadcast),
+    (:koila_group_backward, _fptr_koila_group_backward),
+    (:koila_group_free, _fptr_koila_group_free),
 )
 
 """
@@ -1861,6 +1874,82 @@ function koila_optimizer_free(o)
     fptr = _fptr_koila_optimizer_free[]
     fptr == C_NULL && _not_loaded(:koila_optimizer_free)
     ccall(fptr, Cvoid, (Ptr{koila_optimizer},), o)
+end
+
+"""
+    koila_group_new(out, backend, init, rank, world_size, timeout_ms) -> Ptr{koila_status}
+
+C: `koila_status *koila_group_new(koila_group **out, const char *backend, const char *init, int rank, int world_size, int64_t timeout_ms);`
+
+Joins a group of world_size processes as `rank` (0 <= rank < world_size). backend: "gloo" or "nccl"; init: "tcp://HOST:PORT" (rank 0 listens there) or "file:///PATH" (a file every rank can reach, which must not be left over from an earlier group). Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback when init is a file or a loopback address, else this host's address. timeout_ms (> 0) bounds the rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED for "nccl" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown backend, a malformed init or a rank out of range.
+"""
+function koila_group_new(out, backend, init, rank, world_size, timeout_ms)
+    fptr = _fptr_koila_group_new[]
+    fptr == C_NULL && _not_loaded(:koila_group_new)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_group}}, Cstring, Cstring, Cint, Cint, Int64), out, backend, init, rank, world_size, timeout_ms)
+end
+
+"""
+    koila_group_rank(g) -> Cint
+
+C: `int koila_group_rank(const koila_group *g);`
+
+-1 for NULL.
+"""
+function koila_group_rank(g)
+    fptr = _fptr_koila_group_rank[]
+    fptr == C_NULL && _not_loaded(:koila_group_rank)
+    ccall(fptr, Cint, (Ptr{koila_group},), g)
+end
+
+"""
+    koila_group_size(g) -> Cint
+
+C: `int koila_group_size(const koila_group *g);`
+
+-1 for NULL.
+"""
+function koila_group_size(g)
+    fptr = _fptr_koila_group_size[]
+    fptr == C_NULL && _not_loaded(:koila_group_size)
+    ccall(fptr, Cint, (Ptr{koila_group},), g)
+end
+
+"""
+    koila_group_broadcast(g, ts, n, root) -> Ptr{koila_status}
+
+C: `koila_status *koila_group_broadcast(koila_group *g, koila_tensor *const *ts, size_t n, int root);`
+
+Every rank ends with root's values of the tensors (e.g. parameters before training). The tensors must be concrete, on the group's device (CPU for Gloo), and the same number and sizes on every rank: otherwise every rank fails (before anything is sent) with the failing rank's code. Gradients are not recorded.
+"""
+function koila_group_broadcast(g, ts, n, root)
+    fptr = _fptr_koila_group_broadcast[]
+    fptr == C_NULL && _not_loaded(:koila_group_broadcast)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_group}, Ptr{Ptr{koila_tensor}}, Csize_t, Cint), g, ts, n, root)
+end
+
+"""
+    koila_group_backward(g, loss, params, n) -> Ptr{koila_status}
+
+C: `koila_status *koila_group_backward(koila_group *g, const koila_tensor *loss, koila_tensor *const *params, size_t n);`
+
+Every rank passes the loss over its own shard of the batch (shards may differ in size) and the same params, in the same order (concrete leaves that require grad, listing every tensor the loss's gradients reach). Runs the planned backward locally (chunked under the local budget), then all-reduces so that on every rank the gradient of the loss over the union of the shards is added into the .grad of params: - a MEAN over the batch (e.g. cross_entropy with KOILA_REDUCTION_MEAN) weighs each rank by the count it averaged over (its shard's size; ignored targets excluded), so uneven shards give the full batch's gradient; - a loss of SUM reductions over the batch adds the ranks' gradients; - any other loss (a concrete one, no lazy batch) averages them. Terms that do not depend on the batch (a weight penalty) are counted once. Before any gradient changes, the ranks agree: a failure on any rank (bad arguments, planning, out of memory, a bad graph) fails the call on every rank with that rank's code and a message naming it ("rank 1 failed with KOILA_ERROR_OUT_OF_MEMORY: ..."), and no rank's gradients change. A rank that dies or does not arrive makes the call fail with KOILA_ERROR_IO on the others within the group's timeout (then, too, no gradient has changed). Gradients are all-reduced in buckets of 4 MiB (larger tensors alone, in place; the environment variable KOILA_GROUP_BUCKET_BYTES sets another size), two in flight at a time; the two staging buffers are allocated within the budget before the ranks agree, and when they do not fit on some rank every rank reduces each gradient alone, in place.
+"""
+function koila_group_backward(g, loss, params, n)
+    fptr = _fptr_koila_group_backward[]
+    fptr == C_NULL && _not_loaded(:koila_group_backward)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_group}, Ptr{koila_tensor}, Ptr{Ptr{koila_tensor}}, Csize_t), g, loss, params, n)
+end
+
+"""
+    koila_group_free(g) -> Cvoid
+
+C: `void koila_group_free(koila_group *g);`
+"""
+function koila_group_free(g)
+    fptr = _fptr_koila_group_free[]
+    fptr == C_NULL && _not_loaded(:koila_group_free)
+    ccall(fptr, Cvoid, (Ptr{koila_group},), g)
 end
 
 export libkoila_path, load_libkoila

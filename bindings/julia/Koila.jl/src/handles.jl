@@ -81,12 +81,29 @@ mutable struct Optimizer
     end
 end
 
-const _Handle = Union{Tensor,Plan,TorchModule,Optimizer}
+"""
+    ProcessGroup
+
+A group of processes training data-parallel, made by `ProcessGroup(backend, init; rank,
+world_size, timeout)`. See `group_broadcast!` and `group_backward!`.
+"""
+mutable struct ProcessGroup
+    ptr::Ptr{koila_group}
+    function ProcessGroup(ptr::Ptr{koila_group})
+        ptr == C_NULL && throw(KoilaError(KOILA_ERROR_INTERNAL, "koila returned a NULL group"))
+        g = new(ptr)
+        finalizer(_release!, g)
+        return g
+    end
+end
+
+const _Handle = Union{Tensor,Plan,TorchModule,Optimizer,ProcessGroup}
 
 _free(p::Ptr{koila_tensor}) = LibKoila.koila_tensor_free(p)
 _free(p::Ptr{koila_plan}) = LibKoila.koila_plan_free(p)
 _free(p::Ptr{koila_module}) = LibKoila.koila_module_free(p)
 _free(p::Ptr{koila_optimizer}) = LibKoila.koila_optimizer_free(p)
+_free(p::Ptr{koila_group}) = LibKoila.koila_group_free(p)
 
 # The finalizer, and close. Clears the field before freeing, so that nothing can free the
 # handle twice.
@@ -102,7 +119,7 @@ end
 """
     close(h)
 
-Frees the C handle of a `Tensor`, `Plan`, `TorchModule` or `Optimizer` now rather than at
+Frees the C handle of a `Tensor`, `Plan`, `TorchModule`, `Optimizer` or `ProcessGroup` now rather than at
 garbage collection. Idempotent. Any later use of `h` throws a `KoilaError`; other handles
 are unaffected (a lazy tensor built from `h` keeps what it needs).
 """
@@ -130,6 +147,7 @@ Base.unsafe_convert(::Type{Ptr{koila_tensor}}, t::Tensor) = _ptr(t)
 Base.unsafe_convert(::Type{Ptr{koila_plan}}, p::Plan) = _ptr(p)
 Base.unsafe_convert(::Type{Ptr{koila_module}}, m::TorchModule) = _ptr(m)
 Base.unsafe_convert(::Type{Ptr{koila_optimizer}}, o::Optimizer) = _ptr(o)
+Base.unsafe_convert(::Type{Ptr{koila_group}}, g::ProcessGroup) = _ptr(g)
 
 # A C array of tensor handles. Keep `ts` alive (GC.@preserve) while C uses the array.
 function _handles(ts, what::AbstractString)

@@ -678,6 +678,35 @@ models = get(ENV, "KOILA_TEST_MODELS", "")
 if isempty(models) || !isfile(joinpath(models, "mlp.pt"))
     @warn "KOILA_TEST_MODELS is not set to a directory holding mlp.pt: module tests skipped"
 else
+@testset "process groups: a group of one is a plain backward; bad arguments" begin
+    koila_error(() -> ProcessGroup("pigeon", "file:///tmp/x"; rank = 0, world_size = 1), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> ProcessGroup("gloo", "file:///tmp/x"; rank = 2, world_size = 2), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> ProcessGroup("gloo", "tcp://127.0.0.1"; rank = 0, world_size = 2), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> ProcessGroup("gloo", "file:///tmp/x"; rank = 0, world_size = 1, timeout = 0),
+                KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> ProcessGroup("gloo", "tcp://127.0.0.1:9"; rank = 1, world_size = 2, timeout = 0.3),
+                KOILA_ERROR_IO)
+    dir = mktempdir()
+    g = ProcessGroup("gloo", "file://" * joinpath(dir, "store"); rank = 0, world_size = 1, timeout = 10)
+    @test group_rank(g) == 0 && group_size(g) == 1
+    loss, params = lazy_mlp_loss(3, 64)
+    group_broadcast!(g, params; root = 0)
+    koila_error(() -> group_broadcast!(g, params; root = 1), KOILA_ERROR_INVALID_ARGUMENT)
+    # params that miss a tensor the loss reaches: refused, nothing changed.
+    koila_error(() -> group_backward!(g, loss, params[1:2]), KOILA_ERROR_INVALID_ARGUMENT; contains = "not in params")
+    @test all(p -> grad(p) === nothing, params)
+    group_backward!(g, loss, params)
+    grouped = [Array(grad(p)) for p in params]
+    foreach(zero_grad!, params)
+    backward!(loss)
+    for (p, gr) in zip(params, grouped)
+        @test Array(grad(p)) ≈ gr rtol = 1e-6
+    end
+    close(g)
+    @test !isopen(g)
+    koila_error(() -> group_rank(g), KOILA_ERROR_INVALID_ARGUMENT)
+end
+
 @testset "TorchScript module (as the C test)" begin
     missingpath = joinpath(models, "no-such-model.pt")
     koila_error(() -> TorchModule(missingpath), KOILA_ERROR_IO; contains = missingpath)

@@ -30,6 +30,11 @@ pub struct koila_module {
 pub struct koila_optimizer {
     _unused: [u8; 0],
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct koila_group {
+    _unused: [u8; 0],
+}
 pub const KOILA_OK: koila_code = 0;
 #[doc = " NULL where a handle is needed, bad dim, bad size"]
 pub const KOILA_ERROR_INVALID_ARGUMENT: koila_code = 1;
@@ -1017,4 +1022,75 @@ extern "C" {
 }
 extern "C" {
     pub fn koila_optimizer_free(o: *mut koila_optimizer);
+}
+extern "C" {
+    #[doc = " Joins a group of world_size processes as `rank` (0 <= rank < world_size). backend:"]
+    #[doc = "\"gloo\" or \"nccl\"; init: \"tcp://HOST:PORT\" (rank 0 listens there) or \"file:///PATH\" (a"]
+    #[doc = "file every rank can reach, which must not be left over from an earlier group). Gloo"]
+    #[doc = "connects through the interface GLOO_SOCKET_IFNAME names, else loopback when init is a"]
+    #[doc = "file or a loopback address, else this host's address. timeout_ms (> 0) bounds the"]
+    #[doc = "rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not"]
+    #[doc = "join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED"]
+    #[doc = "for \"nccl\" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown"]
+    #[doc = "backend, a malformed init or a rank out of range."]
+    pub fn koila_group_new(
+        out: *mut *mut koila_group,
+        backend: *const ::std::os::raw::c_char,
+        init: *const ::std::os::raw::c_char,
+        rank: ::std::os::raw::c_int,
+        world_size: ::std::os::raw::c_int,
+        timeout_ms: i64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " -1 for NULL."]
+    pub fn koila_group_rank(g: *const koila_group) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    #[doc = " -1 for NULL."]
+    pub fn koila_group_size(g: *const koila_group) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    #[doc = " Every rank ends with root's values of the tensors (e.g. parameters before training)."]
+    #[doc = "The tensors must be concrete, on the group's device (CPU for Gloo), and the same number"]
+    #[doc = "and sizes on every rank: otherwise every rank fails (before anything is sent) with the"]
+    #[doc = "failing rank's code. Gradients are not recorded."]
+    pub fn koila_group_broadcast(
+        g: *mut koila_group,
+        ts: *const *mut koila_tensor,
+        n: usize,
+        root: ::std::os::raw::c_int,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Every rank passes the loss over its own shard of the batch (shards may differ in size)"]
+    #[doc = "and the same params, in the same order (concrete leaves that require grad, listing"]
+    #[doc = "every tensor the loss's gradients reach). Runs the planned backward locally (chunked"]
+    #[doc = "under the local budget), then all-reduces so that on every rank the gradient of the"]
+    #[doc = "loss over the union of the shards is added into the .grad of params:"]
+    #[doc = "- a MEAN over the batch (e.g. cross_entropy with KOILA_REDUCTION_MEAN) weighs each"]
+    #[doc = "rank by the count it averaged over (its shard's size; ignored targets excluded), so"]
+    #[doc = "uneven shards give the full batch's gradient;"]
+    #[doc = "- a loss of SUM reductions over the batch adds the ranks' gradients;"]
+    #[doc = "- any other loss (a concrete one, no lazy batch) averages them."]
+    #[doc = "Terms that do not depend on the batch (a weight penalty) are counted once."]
+    #[doc = "Before any gradient changes, the ranks agree: a failure on any rank (bad arguments,"]
+    #[doc = "planning, out of memory, a bad graph) fails the call on every rank with that rank's"]
+    #[doc = "code and a message naming it (\"rank 1 failed with KOILA_ERROR_OUT_OF_MEMORY: ...\"),"]
+    #[doc = "and no rank's gradients change. A rank that dies or does not arrive makes the call fail"]
+    #[doc = "with KOILA_ERROR_IO on the others within the group's timeout (then, too, no gradient"]
+    #[doc = "has changed). Gradients are all-reduced in buckets of 4 MiB (larger tensors alone, in"]
+    #[doc = "place; the environment variable KOILA_GROUP_BUCKET_BYTES sets another size), two in"]
+    #[doc = "flight at a time; the two staging buffers are allocated within the budget before the"]
+    #[doc = "ranks agree, and when they do not fit on some rank every rank reduces each gradient"]
+    #[doc = "alone, in place."]
+    pub fn koila_group_backward(
+        g: *mut koila_group,
+        loss: *const koila_tensor,
+        params: *const *mut koila_tensor,
+        n: usize,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_group_free(g: *mut koila_group);
 }

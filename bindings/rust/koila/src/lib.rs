@@ -40,11 +40,13 @@ mod chunking;
 mod progress;
 mod module;
 mod optim;
+mod group;
 mod text;
 
 pub use chunking::{set_batch_stats, set_chunking, BatchStats, Chunking};
 pub use dtype::{DType, Element};
 pub use error::{Code, Error, Result};
+pub use group::Group;
 pub use memory::{memory_budget, memory_reset_peak, memory_stats, set_memory_budget, MemoryStats};
 pub use module::Module;
 pub use optim::{AdamOptions, Optimizer, SgdOptions};
