@@ -168,6 +168,9 @@ std::string fit_text(const FitResult& r, const Session& s) {
                   r.measured_chunks == 1 ? "" : "s", human_bytes(r.measured_peak).c_str(),
                   human_bytes(s.budget()).c_str(), r.measured_peak <= s.budget() ? "within" : "OVER");
     text += line;
+    if (r.measured_chunks != 1)
+      text += "  the estimate fell short: the unsplit run hit the budget (a hard limit), rolled back and retried "
+              "in smaller chunks\n";
   }
   return text;
 }

@@ -27,11 +27,34 @@ bool is_floating(koila_dtype d) {
   return d == KOILA_FLOAT32 || d == KOILA_FLOAT64 || d == KOILA_FLOAT16 || d == KOILA_BFLOAT16;
 }
 
-// A zero-filled tensor on the device, wrapped lazy with batch dim 0.
-Tensor lazy_zeros(const std::vector<int64_t>& shape, koila_dtype dtype, const std::string& device,
+// Integers in [0, high) from a fixed pseudo-random sequence, as `dtype`'s bytes: samples
+// that differ (koila's probe of a module needs samples that differ to see that it keeps
+// them apart), valid as indices of any table of `high` rows or more.
+std::vector<unsigned char> integer_data(uint64_t numel, koila_dtype dtype, uint64_t high) {
+  const size_t size = element_size(dtype);
+  std::vector<unsigned char> bytes(numel * size);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (uint64_t i = 0; i < numel; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t v = (state >> 33) % high;
+    for (size_t b = 0; b < size; ++b) bytes[i * size + b] = static_cast<unsigned char>(v >> (8 * b));  // little-endian
+  }
+  return bytes;
+}
+
+// An input of the batch on the device, wrapped lazy with batch dim 0: standard normal
+// samples for floating dtypes, integers in [0, high) otherwise.
+Tensor lazy_input(const std::vector<int64_t>& shape, koila_dtype dtype, uint64_t high, const std::string& device,
                   std::vector<Tensor>& keep, const std::string& what) {
   koila_tensor* raw = nullptr;
-  check(koila_tensor_zeros(&raw, shape.data(), shape.size(), dtype, device.c_str()), what);
+  if (is_floating(dtype)) {
+    check(koila_tensor_randn(&raw, shape.data(), shape.size(), dtype, device.c_str()), what);
+  } else {
+    uint64_t numel = 1;
+    for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+    const std::vector<unsigned char> data = integer_data(numel, dtype, dtype == KOILA_BOOL ? 2 : high);
+    check(koila_tensor_from_data(&raw, data.data(), data.size(), dtype, shape.data(), shape.size(), device.c_str()), what);
+  }
   keep.emplace_back(raw);
   koila_tensor* lazy = nullptr;
   check(koila_lazy(&lazy, raw, 0), what);
@@ -105,7 +128,7 @@ Tensor Session::make_loss(koila_tensor* output, BatchPlan& b) {
                        shape_text(b.output_shape) + ", not [batch, " + std::to_string(o_.classes) + ", ...]");
       std::vector<int64_t> shape = b.output_shape;
       shape.erase(shape.begin() + 1);
-      Tensor target = lazy_zeros(shape, KOILA_INT64, o_.device, b.keep, "the loss's target");
+      Tensor target = lazy_input(shape, KOILA_INT64, static_cast<uint64_t>(o_.classes), o_.device, b.keep, "the loss's target");
       check(koila_cross_entropy(&loss, output, target.get(), KOILA_REDUCTION_MEAN), "--loss cross_entropy");
       b.keep.push_back(std::move(target));
       break;
@@ -113,7 +136,7 @@ Tensor Session::make_loss(koila_tensor* output, BatchPlan& b) {
     case Loss::Mse: {
       koila_dtype dtype;
       check(koila_tensor_dtype(output, &dtype), "koila_tensor_dtype");
-      Tensor target = lazy_zeros(b.output_shape, dtype, o_.device, b.keep, "the loss's target");
+      Tensor target = lazy_input(b.output_shape, dtype, 2, o_.device, b.keep, "the loss's target");
       b.input_bytes += bytes_of(b.output_shape, dtype);
       check(koila_mse_loss(&loss, output, target.get(), KOILA_REDUCTION_MEAN), "--loss mse");
       b.keep.push_back(std::move(target));
@@ -134,7 +157,7 @@ BatchPlan Session::plan_batch(int64_t n) {
   for (const InputSpec& in : o_.inputs) {
     std::vector<int64_t> shape{n};
     shape.insert(shape.end(), in.shape.begin(), in.shape.end());
-    Tensor x = lazy_zeros(shape, in.dtype, o_.device, b.keep, "--input " + in.text);
+    Tensor x = lazy_input(shape, in.dtype, 2, o_.device, b.keep, "--input " + in.text);
     args.push_back(x.get());
     b.keep.push_back(std::move(x));
   }

@@ -1,6 +1,7 @@
 // The model under study: the module loaded once on the device under the budget, and for
-// any batch size a lazy graph of it (zero-filled inputs wrapped with koila_lazy, batch dim
-// 0; the module call; the loss) with koila's plan of it. Optimizer state is held as real
+// any batch size a lazy graph of it (inputs wrapped with koila_lazy, batch dim 0: random
+// normal floats, integers 0 and 1 (class indices below C for cross entropy's targets); the
+// module call; the loss) with koila's plan of it. Optimizer state is held as real
 // tensors (zeros shaped like the parameters), as after the optimizer's first step, so
 // that plans count it as memory in use.
 #pragma once

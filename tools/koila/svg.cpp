@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 namespace koila_cli {
 namespace {
@@ -21,6 +22,21 @@ std::string escaped(const std::string& s) {
     }
   }
   return out;
+}
+
+// The top of the byte axis: 4 ticks of a round step (1 to 200 KiB or MiB, 256 or 512 MiB,
+// 1 to 500 GiB) that reach `bytes`.
+uint64_t axis_top(uint64_t bytes) {
+  constexpr uint64_t KiB = 1 << 10, MiB = 1 << 20, GiB = uint64_t{1} << 30;
+  std::vector<uint64_t> steps;
+  for (uint64_t unit : {KiB, MiB})
+    for (uint64_t m : {1, 2, 5, 10, 20, 50, 100, 200}) steps.push_back(m * unit);
+  steps.push_back(256 * MiB);
+  steps.push_back(512 * MiB);
+  for (uint64_t m : {1, 2, 5, 10, 20, 50, 100, 200, 500}) steps.push_back(m * GiB);
+  for (uint64_t step : steps)
+    if (4 * step >= bytes) return 4 * step;
+  return (bytes + 3) / 4 * 4;
 }
 
 std::string num(double v) {
@@ -73,7 +89,7 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
     }
   // Axis ticks.
   for (int k = 0; k <= 4; ++k) {
-    const uint64_t b = scale / 4 * static_cast<uint64_t>(k);
+    const uint64_t b = scale / 4 * static_cast<uint64_t>(k);  // scale is a multiple of 4 round steps
     const double y = y_of(b);
     o << hline(kLeft - 5, kLeft + plot_w, y, "class=\"grid\"");
     o << text(kLeft - 8, y + 4, human_bytes(b), "class=\"tick\" text-anchor=\"end\"");
@@ -139,9 +155,7 @@ std::string timeline_svg(const PlanReport& r, const Session& session) {
   for (const auto& [t, title] : panels) top_bytes = std::max(top_bytes, std::max(t->total(), t->events[t->peak_index].peak));
   // The budget is drawn when it is within reach of the curves (else named at the top).
   if (r.budget <= top_bytes * 3) top_bytes = std::max(top_bytes, r.budget);
-  uint64_t scale = top_bytes + top_bytes / 10 + 1;
-  const uint64_t step = 1024 * 1024;  // round the axis to whole MiB, in quarters
-  if (scale > 8 * step) scale = (scale + 4 * step - 1) / (4 * step) * (4 * step);
+  const uint64_t scale = axis_top(top_bytes + top_bytes / 20 + 1);
   const double height = kTop + kPanelHeight * static_cast<double>(panels.size()) + 40;
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
