@@ -110,7 +110,9 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
   o << text(kLeft + plot_w - 4, y_of(base) - 4, "in use before the run " + human_bytes(base),
             "class=\"small\" text-anchor=\"end\"");
   o << hline(kLeft, kLeft + plot_w, y_of(estimate), "class=\"estimate\"");
-  o << text(kLeft + 6, y_of(estimate) - 5,
+  // Below its line when the budget's line is too close above it for a label between them.
+  const bool crowded = budget <= scale && budget >= estimate && y_of(estimate) - y_of(budget) < 18;
+  o << text(kLeft + 6, crowded ? y_of(estimate) + 15 : y_of(estimate) - 5,
             "estimated peak " + human_bytes(estimate) + " (simulated " + human_bytes(t.events[t.peak_index].peak) +
                 " + backend workspaces " + human_bytes(t.parts[KOILA_PART_BEYOND_SIMULATION]) + ")",
             "class=\"label estimate-label\"");
@@ -126,15 +128,15 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
   const TimelineEvent& p = t.events[t.peak_index];
   const double px = x_of(t.peak_index), py = y_of(p.peak);
   o << "<circle cx=\"" << num(px) << "\" cy=\"" << num(py) << "\" r=\"5\" class=\"peak-dot\"/>\n";
-  const bool right_half = px > kLeft + plot_w * 0.6;
+  // Named under the plot, where no curve runs, beside a dot like the one on the curve.
   std::string label = "peak at " + p.op + " (" + (p.backward ? "backward" : "forward");
   if (!t.unsplit) label += ", chunk " + std::to_string(p.chunk + 1);
-  label += ")";
-  o << text(right_half ? px - 10 : px + 10, std::max(py + 18, y0 + 32), label,
-            right_half ? "class=\"label peak-label\" text-anchor=\"end\"" : "class=\"label peak-label\"");
-  o << text(kLeft + plot_w / 2, bottom + 22,
+  label += "): " + human_bytes(p.peak) + " simulated";
+  o << "<circle cx=\"" << num(kLeft + 5) << "\" cy=\"" << num(bottom + 18) << "\" r=\"5\" class=\"peak-dot\"/>\n";
+  o << text(kLeft + 15, bottom + 23, label, "class=\"label peak-label\"");
+  o << text(kLeft + plot_w, bottom + 23,
             "operators in execution order (" + std::to_string(n) + "); shaded: backward",
-            "class=\"tick\" text-anchor=\"middle\"");
+            "class=\"tick\" text-anchor=\"end\"");
   return o.str();
 }
 
