@@ -59,6 +59,7 @@ typedef struct koila_plan koila_plan;
 typedef struct koila_module koila_module;
 typedef struct koila_optimizer koila_optimizer;
 typedef struct koila_group koila_group;
+typedef struct koila_timeline koila_timeline;
 
 typedef enum koila_code {
   KOILA_OK = 0,
@@ -259,6 +260,58 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
    which op prevents splitting). Text conventions as koila_tensor_to_string. */
 KOILA_API koila_status *koila_plan_describe(const koila_plan *p, char *buf, size_t capacity, size_t *needed);
 KOILA_API void koila_plan_free(koila_plan *p);
+
+/* The memory timeline of a plan: the simulation its estimate comes from, run again (nothing
+   is computed) while every top-level operator is observed, giving the bytes on the device
+   op by op through the forward and, for TRAINING, the backward. unsplit = 1: the whole
+   batch at once; 0: the plan's chunks (the simulation follows the first two chunks, as the
+   estimate does: the first creates the gradients, the second adds into them; the same as
+   unsplit when the plan runs unsplit). Byte figures include what was in use when the plan
+   was made. The largest peak of the events is the simulated part of the plan's estimate;
+   what the estimate adds beyond the simulation (calibration by real probes, peaks of
+   earlier runs) is KOILA_PART_BEYOND_SIMULATION, so that the parts of
+   koila_timeline_part add up to koila_plan_peak_bytes (unsplit = 0) or
+   koila_plan_full_peak_bytes (unsplit = 1). Simulated when called, with the gradients and
+   parameters as they are then. Fails with KOILA_ERROR_UNSUPPORTED when the plan has nothing
+   to simulate (a concrete value) or its figures were measured because the simulation
+   fails (the message says why). Release with koila_timeline_free. */
+KOILA_API koila_status *koila_plan_timeline(koila_timeline **out, const koila_plan *p, int unsplit);
+/* The number of events (at least 1). */
+KOILA_API koila_status *koila_timeline_length(const koila_timeline *t, size_t *out);
+/* Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name
+   ("aten::conv2d" in the forward, the autograd function such as "ConvolutionBackward0" in
+   the backward; text conventions as koila_tensor_to_string), ... */
+KOILA_API koila_status *koila_timeline_op(const koila_timeline *t, size_t i, char *buf,
+                                          size_t capacity, size_t *needed);
+typedef enum koila_phase { KOILA_PHASE_FORWARD = 0, KOILA_PHASE_BACKWARD = 1 } koila_phase;
+/* ... its phase, ... */
+KOILA_API koila_status *koila_timeline_phase(const koila_timeline *t, size_t i, koila_phase *out);
+/* ... which chunk of the run it belongs to (0-based; 0 when unsplit), ... */
+KOILA_API koila_status *koila_timeline_chunk(const koila_timeline *t, size_t i, int64_t *out);
+/* ... the bytes held after it, ... */
+KOILA_API koila_status *koila_timeline_live_bytes(const koila_timeline *t, size_t i, uint64_t *out);
+/* ... and the most held while it ran (its temporaries included). */
+KOILA_API koila_status *koila_timeline_peak_bytes(const koila_timeline *t, size_t i, uint64_t *out);
+/* The event with the largest peak (the first of equals): where the simulated peak is. */
+KOILA_API koila_status *koila_timeline_peak_index(const koila_timeline *t, size_t *out);
+/* Where the memory goes at the peak. The parts add up to the plan's estimate of the run. */
+typedef enum koila_memory_part {
+  KOILA_PART_IN_USE = 0,      /* held before the run: parameters, inputs, optimizer state,
+                                 buffers (measured by koila's allocator figures) */
+  KOILA_PART_ACTIVATIONS = 1, /* allocated by the forward and still held at the peak: for
+                                 TRAINING what autograd keeps for the backward, for FORWARD
+                                 the results still needed after the op (simulated) */
+  KOILA_PART_GRADIENTS = 2,   /* .grad of the leaves (parameters) held at the peak
+                                 (simulated) */
+  KOILA_PART_TEMPORARIES = 3, /* the rest of the peak: gradients of activations, the
+                                 buffers of the op at the peak (simulated) */
+  KOILA_PART_BEYOND_SIMULATION = 4 /* what the estimate adds beyond the simulation:
+                                      backend workspaces found by real probes
+                                      (calibrated), peaks of earlier runs (observed) */
+} koila_memory_part;
+KOILA_API koila_status *koila_timeline_part(const koila_timeline *t, koila_memory_part part,
+                                            uint64_t *out);
+KOILA_API void koila_timeline_free(koila_timeline *t);
 
 /* ------------------------------------------------------------------------------------ */
 /* Chunking options                                                                       */

@@ -10,10 +10,6 @@
 
 using namespace koila;
 
-struct koila_plan {
-  Plan plan;
-};
-
 namespace {
 
 c10::Device device_arg(const char* device) { return canonical_device(parse_device(device)); }

@@ -7,6 +7,7 @@
 #include "batch_stats.h"
 #include "error.h"
 #include "executor.h"
+#include "plan_timeline.h"
 #include "progress.h"
 
 namespace koila {
@@ -22,6 +23,8 @@ void for_each_chunk(int64_t batch, const ChunkRun& run, const char* what, ChunkS
   for (int64_t start = 0; start < batch; start += run.chunk) {
     if (run.max_chunks > 0 && done == run.max_chunks) return;
     stats.start_chunk();
+    timeline_chunk(done);  // each chunk starts with its forward
+    timeline_phase(Phase::Forward);
     body(start, std::min(run.chunk, batch - start));
     stats.end_chunk();
     ++done;
@@ -340,6 +343,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     at::Tensor value = evaluate(root, options);
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
+    timeline_phase(Phase::Backward);
     const Tensors grads = gradients({value}, {}, leaves, retain);
     stats.end_chunk();
     stats.prepare();
@@ -369,9 +373,11 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     EvalOptions tail = options_for(run);
     tail.grad = true;
     tail.given = &given;
+    timeline_phase(Phase::Forward);
     at::Tensor value = evaluate(root, tail);
     if (!value.requires_grad()) no_leaves();
     const Tensors leaves = autograd_leaves({value});
+    timeline_phase(Phase::Backward);
     const Tensors grads = gradients({value}, {}, leaves, retain);
     Tensors params, param_grads;
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -424,6 +430,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       leaves = autograd_leaves(values);
       leaves_known = std::any_of(values.begin(), values.end(), [](const at::Tensor& v) { return v.defined(); });
     }
+    timeline_phase(Phase::Backward);
     target.backward(values, grad_outputs, leaves, retain);
   });
   const LossReduction reduction = hands_over(run) ? loss_reduction(a, weights_total) : LossReduction{};

@@ -253,20 +253,46 @@ thread_local std::shared_ptr<MetaAllocationScope::Counter> active_meta_counter;
 struct MetaAllocationScope::Counter {
   std::atomic<uint64_t> current{0};
   std::atomic<uint64_t> peak{0};
-  void add(uint64_t bytes) { raise_peak(peak, current.fetch_add(bytes) + bytes); }
+  // Windows (timelines only, see record_windows()): under the mutex.
+  std::atomic<bool> windows{false};
+  std::mutex mutex;
+  bool backward = false;  // allocations from now on are the backward's
+  uint64_t forward = 0;   // bytes held that the forward allocated
+  MetaAllocationScope::Window window;
+
+  // Returns whether the allocation counts as the forward's.
+  bool add(uint64_t bytes) {
+    const uint64_t now = current.fetch_add(bytes) + bytes;
+    raise_peak(peak, now);
+    if (!windows.load()) return false;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!backward) forward += bytes;
+    if (now >= window.peak) {
+      window.peak = now;
+      window.forward_at_peak = forward;
+    }
+    return !backward;
+  }
+  void remove(uint64_t bytes, bool was_forward) {
+    current.fetch_sub(bytes);
+    if (!was_forward) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    forward -= bytes;
+  }
 };
 
 namespace {
 
 struct MetaRecord {
   uint64_t bytes;
+  bool forward;
   std::shared_ptr<MetaAllocationScope::Counter> counter;
 };
 
 void meta_delete(void* context) {
   auto* record = static_cast<MetaRecord*>(context);
   if (record == nullptr) return;
-  record->counter->current.fetch_sub(record->bytes);
+  record->counter->remove(record->bytes, record->forward);
   delete record;
 }
 
@@ -276,8 +302,8 @@ class TrackingMetaAllocator final : public WithCopyData<c10::Allocator> {
     const c10::Device device(c10::kMeta);
     const auto& counter = active_meta_counter;
     if (!counter || bytes == 0) return {nullptr, nullptr, &meta_delete, device};
-    counter->add(bytes);
-    return {nullptr, new MetaRecord{bytes, counter}, &meta_delete, device};
+    const bool forward = counter->add(bytes);
+    return {nullptr, new MetaRecord{bytes, forward, counter}, &meta_delete, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 };
@@ -437,9 +463,27 @@ MetaAllocationScope::~MetaAllocationScope() { active_meta_counter.reset(); }
 
 uint64_t MetaAllocationScope::current() const { return counter_->current.load(); }
 uint64_t MetaAllocationScope::peak() const { return counter_->peak.load(); }
-void MetaAllocationScope::add_temporary(uint64_t bytes) {
-  counter_->add(bytes);
-  counter_->current.fetch_sub(bytes);
+void MetaAllocationScope::add_temporary(uint64_t bytes) { counter_->remove(bytes, counter_->add(bytes)); }
+
+void MetaAllocationScope::record_windows() {
+  Counter& c = *counter_;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.windows.store(true);
+  c.window = Window{c.current.load(), c.current.load(), c.forward};
+}
+
+void MetaAllocationScope::set_backward(bool backward) {
+  std::lock_guard<std::mutex> lock(counter_->mutex);
+  counter_->backward = backward;
+}
+
+MetaAllocationScope::Window MetaAllocationScope::take_window() {
+  Counter& c = *counter_;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  Window w = c.window;
+  w.live = c.current.load();
+  c.window = Window{w.live, w.live, c.forward};
+  return w;
 }
 
 namespace testing {

@@ -50,6 +50,18 @@ class MetaAllocationScope {
   uint64_t peak() const;
   void add_temporary(uint64_t bytes);  // a transient allocation the simulation cannot see
 
+  // Timelines (plan_timeline.h): from now on, count windows — the most held since the last
+  // take_window(), and how much of it the forward had allocated (allocations made while
+  // set_backward(false), the start) at that moment.
+  struct Window {
+    uint64_t live = 0;             // held when the window was taken
+    uint64_t peak = 0;             // the most held during the window
+    uint64_t forward_at_peak = 0;  // of `peak`, what the forward allocated
+  };
+  void record_windows();
+  void set_backward(bool backward);  // which phase later allocations belong to
+  Window take_window();              // the window since the last take; a new one starts
+
   struct Counter;
 
  private:

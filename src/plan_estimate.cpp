@@ -84,10 +84,13 @@ void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun&
 // `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
 // dropped instead of added into .grad.
 uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks,
-                  bool commit) {
+                  bool commit, const SimulationWatch* watch = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes, mode);
+  std::vector<at::Tensor> stand_ins;
+  if (watch)
+    for (const auto& [impl, stand_in] : leaves.by_impl) stand_ins.push_back(stand_in);
   ChunkRun run;
   run.chunk = chunk;
   run.max_chunks = max_chunks;
@@ -96,7 +99,9 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chu
   run.meta = true;
   run.commit = commit;
   MetaAllocationScope scope;
+  if (watch) watch->start(scope, stand_ins);
   run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
+  if (watch) watch->end(scope);
   return scope.peak();
 }
 
@@ -294,6 +299,11 @@ uint64_t Estimator::extra(int64_t chunk) {
   for (const auto& [c, seen] : r.observed)
     if (c <= key || key < 0) bytes = std::max(bytes, seen);
   return bytes;
+}
+
+uint64_t simulate_watched(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk,
+                          const SimulationWatch& watch) {
+  return simulate(root, a, mode, a.splits(chunk) ? chunk : -1, kSimulatedChunks, /*commit=*/true, &watch);
 }
 
 std::string Estimator::simulation_failure() {

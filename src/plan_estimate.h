@@ -22,9 +22,12 @@
 // shared).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "memory.h"
 #include "plan_analysis.h"
 #include "plan_memo.h"
 
@@ -68,6 +71,17 @@ class Estimator {
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
 };
+
+// The simulation behind the figures of a chunk size (-1: unsplit), run again with `watch`
+// told when the run starts (with the counting scope and the stand-ins of the graph's
+// concrete tensors) and ends (plan_timeline.h follows it op by op). Returns its peak, as
+// extra() before calibration. Throws when the simulation fails.
+struct SimulationWatch {
+  std::function<void(MetaAllocationScope&, const std::vector<at::Tensor>& stand_ins)> start;
+  std::function<void(MetaAllocationScope&)> end;
+};
+uint64_t simulate_watched(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk,
+                          const SimulationWatch& watch);
 
 namespace testing {
 // Multiplies every simulated, calibrated, measured or coarse figure, not what runs observed

@@ -112,6 +112,7 @@ Plan plan_with(const NodePtr& root, Mode mode, bool refuse) {
   if (mode == Mode::Training) check_loss(root);
   Plan p;
   p.mode = mode;
+  p.root = root;
   p.device = canonical_device(root->meta.device);
   p.target = shape_string(root->meta.shape) + " " + dtype_name(root->meta.dtype);
   p.current = memory_stats(p.device).current;

@@ -42,6 +42,7 @@ struct Plan {
   uint64_t full_extra = 0;    // estimated bytes beyond `current`, unsplit
   uint64_t extra = 0;         // estimated bytes beyond `current`, as planned
   std::string source;         // where the figures came from (see plan_estimate.h)
+  NodePtr root;               // what is evaluated or differentiated (plan_timeline.h simulates it again)
   uint64_t peak() const { return current + others + extra; }
   uint64_t full_peak() const { return current + others + full_extra; }
   std::string describe() const;
@@ -69,3 +70,8 @@ at::Tensor run_forward(const NodePtr& root, Plan* used = nullptr);
 void run_backward(const NodePtr& loss, Plan* used = nullptr, const BeforeCommit& before_commit = {});
 
 }  // namespace koila
+
+// The C handle of a plan (koila_plan_new, koila_plan_timeline).
+struct koila_plan {
+  koila::Plan plan;
+};

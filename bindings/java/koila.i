@@ -119,6 +119,7 @@ KOILA_HANDLE(koila_plan)
 KOILA_HANDLE(koila_module)
 KOILA_HANDLE(koila_optimizer)
 KOILA_HANDLE(koila_group)
+KOILA_HANDLE(koila_timeline)
 
 /* koila_tensor *const *ts, size_t n (also inputs, params): a long[] of tensor handles. */
 %define KOILA_TENSOR_ARRAY(NAME)
@@ -302,6 +303,7 @@ KOILA_OUT(size_t, needed, jlongArray, long[], jlong, SetLongArrayRegion)
 KOILA_OUT(double, out, jdoubleArray, double[], jdouble, SetDoubleArrayRegion)
 KOILA_OUT(int, out, jintArray, int[], jint, SetIntArrayRegion)
 KOILA_OUT(koila_dtype, out, jintArray, int[], jint, SetIntArrayRegion)
+KOILA_OUT(koila_phase, out, jintArray, int[], jint, SetIntArrayRegion)
 
 /* ------------------------------------------------------------------------------------ */
 /* Progress: koila_set_progress(fn, user) takes one Object with a method                  */

@@ -147,6 +147,7 @@ struct State {
   Source& in;
   std::vector<TensorInfo> tensors;
   std::vector<koila_plan*> plans;
+  std::vector<koila_timeline*> timelines;
   std::vector<koila_module*> modules;
   std::vector<koila_optimizer*> optimizers;
   std::vector<std::string> module_files;  // the corpus: good, truncated and junk files
@@ -155,7 +156,7 @@ struct State {
   explicit State(Source& source) : in(source) {}
 };
 
-constexpr size_t kMaxTensors = 48, kMaxPlans = 8, kMaxModules = 3, kMaxOptimizers = 4;
+constexpr size_t kMaxTensors = 48, kMaxPlans = 8, kMaxModules = 3, kMaxOptimizers = 4, kMaxTimelines = 4;
 constexpr int kMaxDepth = 10;
 
 std::vector<int64_t> shape_of(koila_tensor* t) {
@@ -482,6 +483,41 @@ koila_plan* pick_plan(State& st) {
   return st.plans[st.in.below(static_cast<int>(st.plans.size()))];
 }
 
+koila_timeline* pick_timeline(State& st) {
+  if (st.timelines.empty() || st.in.chance(4)) return nullptr;
+  return st.timelines[st.in.below(static_cast<int>(st.timelines.size()))];
+}
+
+// Reads every event of a timeline (and one past the end, or with NULL outs, now and
+// then), checking that the event it names as the peak has the largest peak and that no
+// event holds more after it than during it.
+void read_timeline(State& st, const koila_timeline* t) {
+  size_t n = 0, peak = 0;
+  const bool has_length = check(koila_timeline_length(t, st.in.chance(5) ? nullptr : &n), "koila_timeline_length");
+  const bool has_peak = check(koila_timeline_peak_index(t, st.in.chance(5) ? nullptr : &peak), "koila_timeline_peak_index");
+  if (!has_length) return;
+  uint64_t top = 0, peak_bytes = 0;
+  const size_t end = n + (st.in.chance(10) ? 1 : 0);
+  for (size_t i = 0; i < end; ++i) {
+    uint64_t live = 0, most = 0;
+    int64_t chunk = -1;
+    koila_phase phase;
+    const bool null_chunk = st.in.chance(3), in_range = i < n;
+    const bool live_ok = check(koila_timeline_live_bytes(t, i, &live), "koila_timeline_live_bytes");
+    const bool most_ok = check(koila_timeline_peak_bytes(t, i, &most), "koila_timeline_peak_bytes");
+    const bool phase_ok = check(koila_timeline_phase(t, i, &phase), "koila_timeline_phase");
+    const bool chunk_ok = check(koila_timeline_chunk(t, i, null_chunk ? nullptr : &chunk), "koila_timeline_chunk");
+    if (live_ok != in_range || most_ok != in_range || phase_ok != in_range || chunk_ok != (in_range && !null_chunk))
+      die("timeline event " + std::to_string(i) + " of " + std::to_string(n) + ": read past the end, or refused within it");
+    if (i < n && live > most) die("a timeline event holds more after it than during it");
+    top = std::max(top, i < n ? most : 0);
+    if (i == peak) peak_bytes = most;
+    if (st.in.chance(5))
+      text_out(st, "koila_timeline_op", [&](char* b, size_t c, size_t* m) { return koila_timeline_op(t, i, b, c, m); });
+  }
+  if (has_peak && n > 0 && peak_bytes != top) die("the timeline's peak index does not name its largest peak");
+}
+
 void make_optimizer(State& st, bool adam) {
   const char* fn = adam ? "koila_optimizer_adam" : "koila_optimizer_sgd";
   std::vector<koila_tensor*> params(static_cast<size_t>(st.in.below(4)));
@@ -737,6 +773,41 @@ std::vector<Entry> make_table() {
     koila_plan* p = pick_plan(st);
     note("koila_plan_describe");
     text_out(st, "koila_plan_describe", [&](char* b, size_t c, size_t* n) { return koila_plan_describe(p, b, c, n); });
+  });
+  add("koila_plan_timeline", 2, [](State& st) {
+    koila_plan* p = pick_plan(st);
+    const int unsplit = flag(st);
+    note("koila_plan_timeline " + std::to_string(unsplit));
+    koila_timeline* out = sentinel<koila_timeline>();
+    const bool ok = check(koila_plan_timeline(&out, p, unsplit), "koila_plan_timeline");
+    if (!check_out(ok, out, "koila_plan_timeline")) return;
+    if (st.timelines.size() >= kMaxTimelines) {
+      koila_timeline_free(st.timelines.front());
+      st.timelines.erase(st.timelines.begin());
+    }
+    st.timelines.push_back(out);
+  });
+  add("koila_timeline_length", 1, [](State& st) {
+    note("koila_timeline getters");
+    read_timeline(st, pick_timeline(st));
+  });
+  for (const char* getter : {"koila_timeline_op", "koila_timeline_phase", "koila_timeline_chunk",
+                             "koila_timeline_live_bytes", "koila_timeline_peak_bytes", "koila_timeline_peak_index"})
+    add(getter, 0, [](State&) {});  // exercised together by koila_timeline_length's action
+  add("koila_timeline_part", 1, [](State& st) {
+    koila_timeline* t = pick_timeline(st);
+    const int part = enum_value(st, 5);
+    uint64_t bytes = 0;
+    note("koila_timeline_part " + std::to_string(part));
+    const bool ok = check(fuzz_timeline_part(t, part, st.in.chance(5) ? nullptr : &bytes), "koila_timeline_part");
+    if (ok && (part < 0 || part > 4)) die("koila_timeline_part took an unknown part");
+  });
+  add("koila_timeline_free", 1, [](State& st) {
+    note("koila_timeline_free");
+    if (st.timelines.empty() || st.in.chance(10)) return koila_timeline_free(nullptr);
+    const size_t i = static_cast<size_t>(st.in.below(static_cast<int>(st.timelines.size())));
+    koila_timeline_free(st.timelines[i]);
+    st.timelines.erase(st.timelines.begin() + static_cast<long>(i));
   });
   add("koila_plan_free", 1, [](State& st) {
     note("koila_plan_free");
@@ -1103,6 +1174,8 @@ const std::vector<Entry>& table() {
 void free_all(State& st) {
   while (!st.tensors.empty()) free_tensor_at(st, static_cast<size_t>(st.in.below(static_cast<int>(st.tensors.size()))));
   for (koila_plan* p : st.plans) koila_plan_free(p);
+  for (koila_timeline* t : st.timelines) koila_timeline_free(t);
+  st.timelines.clear();
   for (koila_optimizer* o : st.optimizers) koila_optimizer_free(o);
   for (koila_module* m : st.modules) koila_module_free(m);
   st.plans.clear();

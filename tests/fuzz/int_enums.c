@@ -20,6 +20,9 @@ koila_status *fuzz_tensor_randn(koila_tensor **out, const int64_t *shape, size_t
 koila_status *fuzz_plan_new(koila_plan **out, const koila_tensor *t, int mode) {
   return koila_plan_new(out, t, (koila_mode)mode);
 }
+koila_status *fuzz_timeline_part(const koila_timeline *t, int part, uint64_t *out) {
+  return koila_timeline_part(t, (koila_memory_part)part, out);
+}
 koila_status *fuzz_set_batch_stats(int policy) { return koila_set_batch_stats((koila_batch_stats)policy); }
 koila_status *fuzz_set_chunking(int policy) { return koila_set_chunking((koila_chunking)policy); }
 koila_status *fuzz_cross_entropy(koila_tensor **out, const koila_tensor *a, const koila_tensor *b, int r) {

@@ -14,6 +14,7 @@ koila_status *fuzz_tensor_zeros(koila_tensor **out, const int64_t *shape, size_t
 koila_status *fuzz_tensor_ones(koila_tensor **out, const int64_t *shape, size_t ndim, int dtype, const char *device);
 koila_status *fuzz_tensor_randn(koila_tensor **out, const int64_t *shape, size_t ndim, int dtype, const char *device);
 koila_status *fuzz_plan_new(koila_plan **out, const koila_tensor *t, int mode);
+koila_status *fuzz_timeline_part(const koila_timeline *t, int part, uint64_t *out);
 koila_status *fuzz_set_batch_stats(int policy);
 koila_status *fuzz_set_chunking(int policy);
 koila_status *fuzz_cross_entropy(koila_tensor **out, const koila_tensor *a, const koila_tensor *b, int r);

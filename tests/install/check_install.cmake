@@ -59,6 +59,17 @@ if(LANGUAGE STREQUAL "c")
       ${flags} -Wl,-rpath,${lib_dir} -o ${WORK_DIR}/consumer_pkgconfig)
   run("run (pkg-config)" ${WORK_DIR}/consumer_pkgconfig)
 
+  # The koila command and its man page; the command finds libkoila.so in the prefix.
+  foreach(file bin/koila share/man/man1/koila.1)
+    if(NOT EXISTS ${prefix}/${file})
+      message(FATAL_ERROR "cmake --install did not install ${file}")
+    endif()
+  endforeach()
+  run("bin/koila --help" ${prefix}/bin/koila --help)
+  if(NOT last_output MATCHES "^usage: koila plan")
+    message(FATAL_ERROR "bin/koila --help printed: ${last_output}")
+  endif()
+
   # find_package
   run("configure with find_package" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install -B ${WORK_DIR}/consumer_build
       -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER})

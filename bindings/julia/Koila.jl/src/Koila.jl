@@ -67,7 +67,8 @@ export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, lo
        scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes,
        describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
-       manual_seed!, set_batch_stats!, set_chunking!, set_progress!
+       manual_seed!, set_batch_stats!, set_chunking!, set_progress!, Timeline, events, peak_index,
+       memory_part
 export TorchModule, forward, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, Optimizer, SGD, Adam, step!
 export ProcessGroup, group_rank, group_size, group_broadcast!, group_backward!

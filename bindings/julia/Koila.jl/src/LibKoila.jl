@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: cd313ac9f01bf417427507775180d95d56c61409ba31d2842c066ac00b64f809
+# Header sha256: 5158eda8193fb7fdd87a2418ff8b96ddd6fb123e587e51e0a8b2fc82929e7d5a
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -115,6 +115,7 @@ mutable struct koila_plan end
 mutable struct koila_module end
 mutable struct koila_optimizer end
 mutable struct koila_group end
+mutable struct koila_timeline end
 
 # ----------------------------------------------------------------------------------------
 # Enums: C enums are int-sized, hence Cint
@@ -154,6 +155,19 @@ end
 @enum koila_mode::Cint begin
     KOILA_MODE_FORWARD = 0
     KOILA_MODE_TRAINING = 1
+end
+
+@enum koila_phase::Cint begin
+    KOILA_PHASE_FORWARD = 0
+    KOILA_PHASE_BACKWARD = 1
+end
+
+@enum koila_memory_part::Cint begin
+    KOILA_PART_IN_USE = 0
+    KOILA_PART_ACTIVATIONS = 1
+    KOILA_PART_GRADIENTS = 2
+    KOILA_PART_TEMPORARIES = 3
+    KOILA_PART_BEYOND_SIMULATION = 4
 end
 
 @enum koila_batch_stats::Cint begin
@@ -219,6 +233,16 @@ const _fptr_koila_plan_full_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_budget_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_describe = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_plan_timeline = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_length = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_op = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_phase = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_chunk = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_live_bytes = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_peak_index = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_part = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_timeline_free = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_batch_stats = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_chunking = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_progress = Ref{Ptr{Cvoid}}(C_NULL)
@@ -348,6 +372,16 @@ const _FUNCTIONS = (
     (:koila_plan_budget_bytes, _fptr_koila_plan_budget_bytes),
     (:koila_plan_describe, _fptr_koila_plan_describe),
     (:koila_plan_free, _fptr_koila_plan_free),
+    (:koila_plan_timeline, _fptr_koila_plan_timeline),
+    (:koila_timeline_length, _fptr_koila_timeline_length),
+    (:koila_timeline_op, _fptr_koila_timeline_op),
+    (:koila_timeline_phase, _fptr_koila_timeline_phase),
+    (:koila_timeline_chunk, _fptr_koila_timeline_chunk),
+    (:koila_timeline_live_bytes, _fptr_koila_timeline_live_bytes),
+    (:koila_timeline_peak_bytes, _fptr_koila_timeline_peak_bytes),
+    (:koila_timeline_peak_index, _fptr_koila_timeline_peak_index),
+    (:koila_timeline_part, _fptr_koila_timeline_part),
+    (:koila_timeline_free, _fptr_koila_timeline_free),
     (:koila_set_batch_stats, _fptr_koila_set_batch_stats),
     (:koila_set_chunking, _fptr_koila_set_chunking),
     (:koila_set_progress, _fptr_koila_set_progress),
@@ -888,6 +922,132 @@ function koila_plan_free(p)
     fptr = _fptr_koila_plan_free[]
     fptr == C_NULL && _not_loaded(:koila_plan_free)
     ccall(fptr, Cvoid, (Ptr{koila_plan},), p)
+end
+
+"""
+    koila_plan_timeline(out, p, unsplit) -> Ptr{koila_status}
+
+C: `koila_status *koila_plan_timeline(koila_timeline **out, const koila_plan *p, int unsplit);`
+
+The memory timeline of a plan: the simulation its estimate comes from, run again (nothing is computed) while every top-level operator is observed, giving the bytes on the device op by op through the forward and, for TRAINING, the backward. unsplit = 1: the whole batch at once; 0: the plan's chunks (the simulation follows the first two chunks, as the estimate does: the first creates the gradients, the second adds into them; the same as unsplit when the plan runs unsplit). Byte figures include what was in use when the plan was made. The largest peak of the events is the simulated part of the plan's estimate; what the estimate adds beyond the simulation (calibration by real probes, peaks of earlier runs) is KOILA_PART_BEYOND_SIMULATION, so that the parts of koila_timeline_part add up to koila_plan_peak_bytes (unsplit = 0) or koila_plan_full_peak_bytes (unsplit = 1). Simulated when called, with the gradients and parameters as they are then. Fails with KOILA_ERROR_UNSUPPORTED when the plan has nothing to simulate (a concrete value) or its figures were measured because the simulation fails (the message says why). Release with koila_timeline_free.
+"""
+function koila_plan_timeline(out, p, unsplit)
+    fptr = _fptr_koila_plan_timeline[]
+    fptr == C_NULL && _not_loaded(:koila_plan_timeline)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_timeline}}, Ptr{koila_plan}, Cint), out, p, unsplit)
+end
+
+"""
+    koila_timeline_length(t, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_length(const koila_timeline *t, size_t *out);`
+
+The number of events (at least 1).
+"""
+function koila_timeline_length(t, out)
+    fptr = _fptr_koila_timeline_length[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_length)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Ptr{Csize_t}), t, out)
+end
+
+"""
+    koila_timeline_op(t, i, buf, capacity, needed) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_op(const koila_timeline *t, size_t i, char *buf, size_t capacity, size_t *needed);`
+
+Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name ("aten::conv2d" in the forward, the autograd function such as "ConvolutionBackward0" in the backward; text conventions as koila_tensor_to_string), ...
+"""
+function koila_timeline_op(t, i, buf, capacity, needed)
+    fptr = _fptr_koila_timeline_op[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_op)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Csize_t, Ptr{UInt8}, Csize_t, Ptr{Csize_t}), t, i, buf, capacity, needed)
+end
+
+"""
+    koila_timeline_phase(t, i, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_phase(const koila_timeline *t, size_t i, koila_phase *out);`
+
+... its phase, ...
+"""
+function koila_timeline_phase(t, i, out)
+    fptr = _fptr_koila_timeline_phase[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_phase)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Csize_t, Ptr{koila_phase}), t, i, out)
+end
+
+"""
+    koila_timeline_chunk(t, i, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_chunk(const koila_timeline *t, size_t i, int64_t *out);`
+
+... which chunk of the run it belongs to (0-based; 0 when unsplit), ...
+"""
+function koila_timeline_chunk(t, i, out)
+    fptr = _fptr_koila_timeline_chunk[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_chunk)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Csize_t, Ptr{Int64}), t, i, out)
+end
+
+"""
+    koila_timeline_live_bytes(t, i, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_live_bytes(const koila_timeline *t, size_t i, uint64_t *out);`
+
+... the bytes held after it, ...
+"""
+function koila_timeline_live_bytes(t, i, out)
+    fptr = _fptr_koila_timeline_live_bytes[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_live_bytes)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Csize_t, Ptr{UInt64}), t, i, out)
+end
+
+"""
+    koila_timeline_peak_bytes(t, i, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_peak_bytes(const koila_timeline *t, size_t i, uint64_t *out);`
+
+... and the most held while it ran (its temporaries included).
+"""
+function koila_timeline_peak_bytes(t, i, out)
+    fptr = _fptr_koila_timeline_peak_bytes[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_peak_bytes)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Csize_t, Ptr{UInt64}), t, i, out)
+end
+
+"""
+    koila_timeline_peak_index(t, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_peak_index(const koila_timeline *t, size_t *out);`
+
+The event with the largest peak (the first of equals): where the simulated peak is.
+"""
+function koila_timeline_peak_index(t, out)
+    fptr = _fptr_koila_timeline_peak_index[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_peak_index)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, Ptr{Csize_t}), t, out)
+end
+
+"""
+    koila_timeline_part(t, part, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_timeline_part(const koila_timeline *t, koila_memory_part part, uint64_t *out);`
+"""
+function koila_timeline_part(t, part, out)
+    fptr = _fptr_koila_timeline_part[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_part)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_timeline}, koila_memory_part, Ptr{UInt64}), t, part, out)
+end
+
+"""
+    koila_timeline_free(t) -> Cvoid
+
+C: `void koila_timeline_free(koila_timeline *t);`
+"""
+function koila_timeline_free(t)
+    fptr = _fptr_koila_timeline_free[]
+    fptr == C_NULL && _not_loaded(:koila_timeline_free)
+    ccall(fptr, Cvoid, (Ptr{koila_timeline},), t)
 end
 
 """

@@ -47,6 +47,24 @@ mutable struct Plan
 end
 
 """
+    Timeline(plan; unsplit = false)
+
+The memory timeline of a `Plan`: the bytes on the device operator by operator through the
+forward and the backward, as koila simulated the run (the planned chunks, the first two; or
+the whole batch with `unsplit = true`). See `events`, `peak_index`, `memory_part`. Throws
+`KoilaError` with `KOILA_ERROR_UNSUPPORTED` when the plan's figures were not simulated.
+"""
+mutable struct Timeline
+    ptr::Ptr{koila_timeline}
+    function Timeline(ptr::Ptr{koila_timeline})
+        ptr == C_NULL && throw(KoilaError(KOILA_ERROR_INTERNAL, "koila returned a NULL timeline"))
+        t = new(ptr)
+        finalizer(_release!, t)
+        return t
+    end
+end
+
+"""
     TorchModule(path; device = "cpu")
 
 A TorchScript module (saved from Python with `torch.jit.script(model).save(path)`, or from
@@ -97,13 +115,14 @@ mutable struct ProcessGroup
     end
 end
 
-const _Handle = Union{Tensor,Plan,TorchModule,Optimizer,ProcessGroup}
+const _Handle = Union{Tensor,Plan,TorchModule,Optimizer,ProcessGroup,Timeline}
 
 _free(p::Ptr{koila_tensor}) = LibKoila.koila_tensor_free(p)
 _free(p::Ptr{koila_plan}) = LibKoila.koila_plan_free(p)
 _free(p::Ptr{koila_module}) = LibKoila.koila_module_free(p)
 _free(p::Ptr{koila_optimizer}) = LibKoila.koila_optimizer_free(p)
 _free(p::Ptr{koila_group}) = LibKoila.koila_group_free(p)
+_free(p::Ptr{koila_timeline}) = LibKoila.koila_timeline_free(p)
 
 # The finalizer, and close. Clears the field before freeing, so that nothing can free the
 # handle twice.
@@ -119,7 +138,7 @@ end
 """
     close(h)
 
-Frees the C handle of a `Tensor`, `Plan`, `TorchModule`, `Optimizer` or `ProcessGroup` now rather than at
+Frees the C handle of a `Tensor`, `Plan`, `Timeline`, `TorchModule`, `Optimizer` or `ProcessGroup` now rather than at
 garbage collection. Idempotent. Any later use of `h` throws a `KoilaError`; other handles
 are unaffected (a lazy tensor built from `h` keeps what it needs).
 """
@@ -148,6 +167,7 @@ Base.unsafe_convert(::Type{Ptr{koila_plan}}, p::Plan) = _ptr(p)
 Base.unsafe_convert(::Type{Ptr{koila_module}}, m::TorchModule) = _ptr(m)
 Base.unsafe_convert(::Type{Ptr{koila_optimizer}}, o::Optimizer) = _ptr(o)
 Base.unsafe_convert(::Type{Ptr{koila_group}}, g::ProcessGroup) = _ptr(g)
+Base.unsafe_convert(::Type{Ptr{koila_timeline}}, t::Timeline) = _ptr(t)
 
 # A C array of tensor handles. Keep `ts` alive (GC.@preserve) while C uses the array.
 function _handles(ts, what::AbstractString)

@@ -126,3 +126,63 @@ function Base.show(io::IO, p::Plan)
         print(io, "Plan(", describe(p), ")")
     end
 end
+
+function Timeline(p::Plan; unsplit::Bool = false)
+    out = Ref{Ptr{koila_timeline}}(C_NULL)
+    @check LibKoila.koila_plan_timeline(out, p, unsplit ? Cint(1) : Cint(0))
+    return Timeline(out[])
+end
+
+"""
+    events(t::Timeline) -> Vector{NamedTuple}
+
+Every operator of the timeline in execution order: `(op, phase, chunk, live_bytes,
+peak_bytes)`, `phase` `:forward` or `:backward`, `chunk` 0-based, bytes after the op and
+the most during it (usage before the run included).
+"""
+function events(t::Timeline)
+    n = Ref{Csize_t}(0)
+    @check LibKoila.koila_timeline_length(t, n)
+    return map(0:Int(n[])-1) do i
+        k = Csize_t(i)
+        op = _text((buf, cap, needed) -> LibKoila.koila_timeline_op(t, k, buf, cap, needed))
+        phase = Ref{koila_phase}(LibKoila.KOILA_PHASE_FORWARD)
+        chunk = Ref{Int64}(0)
+        live = Ref{UInt64}(0)
+        peak = Ref{UInt64}(0)
+        @check LibKoila.koila_timeline_phase(t, k, phase)
+        @check LibKoila.koila_timeline_chunk(t, k, chunk)
+        @check LibKoila.koila_timeline_live_bytes(t, k, live)
+        @check LibKoila.koila_timeline_peak_bytes(t, k, peak)
+        (op = op, phase = phase[] == LibKoila.KOILA_PHASE_BACKWARD ? :backward : :forward,
+         chunk = Int(chunk[]), live_bytes = Int(live[]), peak_bytes = Int(peak[]))
+    end
+end
+
+"""
+    peak_index(t::Timeline) -> Int
+
+The 1-based index (into `events(t)`) of the event with the largest peak.
+"""
+function peak_index(t::Timeline)
+    i = Ref{Csize_t}(0)
+    @check LibKoila.koila_timeline_peak_index(t, i)
+    return Int(i[]) + 1
+end
+
+const _MEMORY_PARTS = (in_use = LibKoila.KOILA_PART_IN_USE, activations = LibKoila.KOILA_PART_ACTIVATIONS,
+                       gradients = LibKoila.KOILA_PART_GRADIENTS, temporaries = LibKoila.KOILA_PART_TEMPORARIES,
+                       beyond_simulation = LibKoila.KOILA_PART_BEYOND_SIMULATION)
+
+"""
+    memory_part(t::Timeline, part::Symbol) -> Int
+
+Bytes of one part of the peak: `:in_use`, `:activations`, `:gradients`, `:temporaries` or
+`:beyond_simulation`; the parts add up to the plan's estimate of the run.
+"""
+function memory_part(t::Timeline, part::Symbol)
+    haskey(_MEMORY_PARTS, part) || _argerror("unknown memory part :$part")
+    out = Ref{UInt64}(0)
+    @check LibKoila.koila_timeline_part(t, _MEMORY_PARTS[part], out)
+    return Int(out[])
+end

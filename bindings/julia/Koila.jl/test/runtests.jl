@@ -379,6 +379,22 @@ end
     @test size(scaled_dot_product_attention(q, q, q; causal = true)) == (2, 4, 8)
 end
 
+@testset "memory timeline of a plan" begin
+    b = Tensor(fill(1.0f0, 64, 16))
+    total = sum(exp.(lazy(b, 1)))
+    plan = Plan(total, :forward)
+    tl = Timeline(plan; unsplit = true)
+    evs = events(tl)
+    @test !isempty(evs)
+    @test all(e -> e.live_bytes <= e.peak_bytes, evs)
+    @test evs[peak_index(tl)].peak_bytes == maximum(e -> e.peak_bytes, evs)
+    @test sum(memory_part(tl, p) for p in (:in_use, :activations, :gradients, :temporaries, :beyond_simulation)) ==
+          full_peak_bytes(plan)
+    @test_throws KoilaError memory_part(tl, :nonsense)
+    close(tl)
+    @test !isopen(tl)
+end
+
 @testset "memory budget and plans (as the C test)" begin
     GC.gc()   # so that no finalizer frees a tensor between the next two calls
     Koila.memory_reset_peak!()

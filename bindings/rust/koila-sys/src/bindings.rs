@@ -35,6 +35,11 @@ pub struct koila_optimizer {
 pub struct koila_group {
     _unused: [u8; 0],
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct koila_timeline {
+    _unused: [u8; 0],
+}
 pub const KOILA_OK: koila_code = 0;
 #[doc = " NULL where a handle is needed, bad dim, bad size"]
 pub const KOILA_ERROR_INVALID_ARGUMENT: koila_code = 1;
@@ -301,6 +306,114 @@ extern "C" {
 }
 extern "C" {
     pub fn koila_plan_free(p: *mut koila_plan);
+}
+extern "C" {
+    #[doc = " The memory timeline of a plan: the simulation its estimate comes from, run again (nothing"]
+    #[doc = "is computed) while every top-level operator is observed, giving the bytes on the device"]
+    #[doc = "op by op through the forward and, for TRAINING, the backward. unsplit = 1: the whole"]
+    #[doc = "batch at once; 0: the plan's chunks (the simulation follows the first two chunks, as the"]
+    #[doc = "estimate does: the first creates the gradients, the second adds into them; the same as"]
+    #[doc = "unsplit when the plan runs unsplit). Byte figures include what was in use when the plan"]
+    #[doc = "was made. The largest peak of the events is the simulated part of the plan's estimate;"]
+    #[doc = "what the estimate adds beyond the simulation (calibration by real probes, peaks of"]
+    #[doc = "earlier runs) is KOILA_PART_BEYOND_SIMULATION, so that the parts of"]
+    #[doc = "koila_timeline_part add up to koila_plan_peak_bytes (unsplit = 0) or"]
+    #[doc = "koila_plan_full_peak_bytes (unsplit = 1). Simulated when called, with the gradients and"]
+    #[doc = "parameters as they are then. Fails with KOILA_ERROR_UNSUPPORTED when the plan has nothing"]
+    #[doc = "to simulate (a concrete value) or its figures were measured because the simulation"]
+    #[doc = "fails (the message says why). Release with koila_timeline_free."]
+    pub fn koila_plan_timeline(
+        out: *mut *mut koila_timeline,
+        p: *const koila_plan,
+        unsplit: ::std::os::raw::c_int,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " The number of events (at least 1)."]
+    pub fn koila_timeline_length(t: *const koila_timeline, out: *mut usize) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name"]
+    #[doc = "(\"aten::conv2d\" in the forward, the autograd function such as \"ConvolutionBackward0\" in"]
+    #[doc = "the backward; text conventions as koila_tensor_to_string), ..."]
+    pub fn koila_timeline_op(
+        t: *const koila_timeline,
+        i: usize,
+        buf: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        needed: *mut usize,
+    ) -> *mut koila_status;
+}
+pub const KOILA_PHASE_FORWARD: koila_phase = 0;
+pub const KOILA_PHASE_BACKWARD: koila_phase = 1;
+pub type koila_phase = ::std::os::raw::c_uint;
+extern "C" {
+    #[doc = " ... its phase, ..."]
+    pub fn koila_timeline_phase(
+        t: *const koila_timeline,
+        i: usize,
+        out: *mut koila_phase,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " ... which chunk of the run it belongs to (0-based; 0 when unsplit), ..."]
+    pub fn koila_timeline_chunk(
+        t: *const koila_timeline,
+        i: usize,
+        out: *mut i64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " ... the bytes held after it, ..."]
+    pub fn koila_timeline_live_bytes(
+        t: *const koila_timeline,
+        i: usize,
+        out: *mut u64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " ... and the most held while it ran (its temporaries included)."]
+    pub fn koila_timeline_peak_bytes(
+        t: *const koila_timeline,
+        i: usize,
+        out: *mut u64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " The event with the largest peak (the first of equals): where the simulated peak is."]
+    pub fn koila_timeline_peak_index(
+        t: *const koila_timeline,
+        out: *mut usize,
+    ) -> *mut koila_status;
+}
+#[doc = " held before the run: parameters, inputs, optimizer state,"]
+#[doc = "buffers (measured by koila's allocator figures)"]
+pub const KOILA_PART_IN_USE: koila_memory_part = 0;
+#[doc = " allocated by the forward and still held at the peak: for"]
+#[doc = "TRAINING what autograd keeps for the backward, for FORWARD"]
+#[doc = "the results still needed after the op (simulated)"]
+pub const KOILA_PART_ACTIVATIONS: koila_memory_part = 1;
+#[doc = " .grad of the leaves (parameters) held at the peak"]
+#[doc = "(simulated)"]
+pub const KOILA_PART_GRADIENTS: koila_memory_part = 2;
+#[doc = " the rest of the peak: gradients of activations, the"]
+#[doc = "buffers of the op at the peak (simulated)"]
+pub const KOILA_PART_TEMPORARIES: koila_memory_part = 3;
+#[doc = " what the estimate adds beyond the simulation:"]
+#[doc = "backend workspaces found by real probes"]
+#[doc = "(calibrated), peaks of earlier runs (observed)"]
+pub const KOILA_PART_BEYOND_SIMULATION: koila_memory_part = 4;
+#[doc = " Where the memory goes at the peak. The parts add up to the plan's estimate of the run."]
+pub type koila_memory_part = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn koila_timeline_part(
+        t: *const koila_timeline,
+        part: koila_memory_part,
+        out: *mut u64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_timeline_free(t: *mut koila_timeline);
 }
 #[doc = " default: batch norm in training couples the batch"]
 pub const KOILA_BATCH_STATS_EXACT: koila_batch_stats = 0;

@@ -42,6 +42,7 @@ mod module;
 mod optim;
 mod group;
 mod text;
+mod timeline;
 
 pub use chunking::{set_batch_stats, set_chunking, BatchStats, Chunking};
 pub use dtype::{DType, Element};
@@ -54,6 +55,7 @@ pub use ops::Reduction;
 pub use plan::{Mode, Plan};
 pub use progress::{clear_progress, set_progress};
 pub use tensor::Tensor;
+pub use timeline::{MemoryPart, Phase, Timeline, TimelineEvent};
 
 /// The raw C declarations, for what the safe API does not wrap.
 pub use koila_sys as sys;

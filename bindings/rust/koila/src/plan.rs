@@ -60,6 +60,10 @@ impl Plan {
         self.raw.as_ptr()
     }
 
+    pub(crate) fn as_ptr(&self) -> *const sys::koila_plan {
+        self.ptr()
+    }
+
     /// The batch size, or None when the tensor has no lazy batch.
     pub fn batch_size(&self) -> Option<i64> {
         positive(unsafe { sys::koila_plan_batch_size(self.ptr()) })

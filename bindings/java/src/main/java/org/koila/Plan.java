@@ -105,6 +105,16 @@ public final class Plan extends NativeHandle {
     }
   }
 
+  /**
+   * The plan's memory timeline: its planned chunks ({@code unsplit} false; the first two, as
+   * simulated) or the whole batch at once.
+   *
+   * @throws KoilaException {@link Code#UNSUPPORTED} when the plan's figures were not simulated
+   */
+  public Timeline timeline(boolean unsplit) {
+    return Timeline.of(this, unsplit);
+  }
+
   /** {@link #describe()}, or "Plan(closed)"; never throws. */
   @Override
   public String toString() {

@@ -2,6 +2,7 @@ package org.koila;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.koila.TestSupport.assertKoila;
 
@@ -41,6 +42,30 @@ class MemoryTest {
     MemoryStats after = Koila.memoryStats("cpu");
     assertTrue(after.currentBytes() < after.peakBytes(), "the peak remembers the freed tensor");
     assertEquals(new MemoryStats(1, 2), new MemoryStats(1, 2));
+  }
+
+  @Test
+  void aTimelineAccountsForItsPlansPeak() {
+    float[] data = new float[64 * 16];
+    Arrays.fill(data, 0.5f);
+    try (Tensor b = Tensor.fromFloats(data, 64, 16); Tensor total = b.lazy(0).exp().sum();
+        Plan plan = total.plan(Mode.FORWARD); Timeline t = plan.timeline(true)) {
+      java.util.List<Timeline.Event> events = t.events();
+      assertEquals(t.length(), events.size());
+      long top = 0;
+      for (Timeline.Event e : events) {
+        assertEquals(Timeline.Phase.FORWARD, e.phase, e.toString());
+        assertTrue(e.liveBytes <= e.peakBytes, e.toString());
+        top = Math.max(top, e.peakBytes);
+      }
+      assertEquals(top, events.get((int) t.peakIndex()).peakBytes);
+      long sum = 0;
+      for (Timeline.Part part : Timeline.Part.values()) sum += t.part(part);
+      assertEquals(plan.fullPeakBytes(), sum);
+      assertTrue(events.stream().anyMatch(e -> e.op.equals("aten::exp")), events.toString());
+      KoilaException past = assertThrows(KoilaException.class, () -> t.event(events.size()));
+      assertEquals(Code.INVALID_ARGUMENT, past.code());
+    }
   }
 
   @Test

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Tests of the koila command (tools/koila) on models of the real-model corpus.
+
+usage: test_cli.py --koila BIN --corpus DIR --work DIR CASE
+
+CASE is one of: plan_text, plan_json, svg, fit, forward_int_input, errors, help. Each runs
+the command as a user would and checks what it prints: figures against each other (the
+parts of the memory add up to the plan's peak, the timeline's peak is the plan's), the
+fit against koila's own plans and a measured run, and every error as one line.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+VIT = ["--input", "3x32x32", "--mode", "training", "--loss", "cross_entropy:10", "--optimizer", "adam"]
+FAILURES = []
+
+
+def check(condition, message):
+    if not condition:
+        FAILURES.append(message)
+        print("FAIL: " + message)
+
+
+def run(args, koila, expect_rc=0):
+    proc = subprocess.run([koila] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if expect_rc is not None and proc.returncode != expect_rc:
+        print(proc.stdout)
+        print(proc.stderr)
+        sys.exit("koila %s: exit status %d, expected %d" % (" ".join(args), proc.returncode, expect_rc))
+    return proc
+
+
+def plan_json(a, extra):
+    proc = run(["plan", os.path.join(a.corpus, "vit_small.pt")] + VIT + ["--json"] + extra, a.koila)
+    return json.loads(proc.stdout)
+
+
+def check_parts(report, label):
+    parts = {p["part"]: p for p in report["memory"]}
+    total = sum(p["bytes"] for p in report["memory"])
+    check(total == report["peak_bytes"], "%s: the parts add up to %d, the plan's peak is %d" % (label, total, report["peak_bytes"]))
+    for name, source in [("parameters", "exact"), ("inputs and targets", "exact"), ("optimizer state", "exact"),
+                         ("activations kept for backward", "simulated"), ("temporaries", "simulated")]:
+        check(name in parts, "%s: no part %r" % (label, name))
+        if name in parts:
+            check(parts[name]["source"] == source, "%s: %s comes from %s" % (label, name, parts[name]["source"]))
+    # Adam keeps two moments per parameter.
+    if "optimizer state" in parts and "parameters" in parts:
+        check(parts["optimizer state"]["bytes"] == 2 * parts["parameters"]["bytes"], "%s: Adam's state is not 2x" % label)
+
+
+def check_timeline(t, estimate, label):
+    check(t["available"], "%s: no timeline (%s)" % (label, t.get("why_not")))
+    if not t["available"]:
+        return
+    events = t["events"]
+    peaks = [e["peak_bytes"] for e in events]
+    check(max(peaks) == t["simulated_peak_bytes"], "%s: the largest event peak is not the timeline's peak" % label)
+    check(peaks.index(max(peaks)) == t["peak_index"], "%s: the peak index is not the first largest" % label)
+    check(t["estimated_peak_bytes"] == estimate,
+          "%s: the timeline accounts for %d bytes, the plan estimates %d" % (label, t["estimated_peak_bytes"], estimate))
+    check(t["simulated_peak_bytes"] <= estimate, "%s: simulated peak above the estimate" % label)
+    check(all(e["live_bytes"] <= e["peak_bytes"] for e in events), "%s: an event holds more after than during" % label)
+    phases = [e["phase"] for e in events]
+    check(phases[0] == "forward" and "backward" in phases, "%s: phases %s..." % (label, phases[:3]))
+
+
+def case_plan_text(a):
+    proc = run(["plan", os.path.join(a.corpus, "vit_small.pt")] + VIT + ["--batch", "256", "--budget", "24MiB"], a.koila)
+    out = proc.stdout
+    print(out)
+    for needle in ["batch      256", "plan       2 chunks of 128", "where the memory goes at the peak",
+                   "parameters", "optimizer state", "activations kept for backward", "gradients", "temporaries",
+                   "simulated", "exact", "total", "budget     24.0 MiB"]:
+        check(needle in out, "plan text lacks %r" % needle)
+    check(proc.stderr == "", "plan wrote to stderr: %r" % proc.stderr)
+
+
+def case_plan_json(a):
+    r = plan_json(a, ["--batch", "256", "--budget", "24MiB"])
+    check(r["batch"] == 256 and r["chunk"] == 128 and r["chunks"] == 2, "plan: %s" % r["description"])
+    check(r["budget_bytes"] == 24 << 20 and r["plan_budget_bytes"] == 24 << 20, "plan: the budget is not 24 MiB")
+    check(r["peak_bytes"] <= r["budget_bytes"] and r["unsplit_peak_bytes"] > r["budget_bytes"], "plan: peaks vs budget")
+    check_parts(r, "chunked plan")
+    check_timeline(r["timeline"], r["peak_bytes"], "chunked timeline")
+    check_timeline(r["unsplit_timeline"], r["unsplit_peak_bytes"], "unsplit timeline")
+    chunks = {e["chunk"] for e in r["timeline"]["events"]}
+    check(chunks == {0, 1}, "the chunked timeline follows chunks %s, not the first two" % sorted(chunks))
+    # A batch that fits: one chunk, and the plan's timeline is the unsplit one.
+    small = plan_json(a, ["--batch", "64", "--budget", "24MiB"])
+    check(small["chunks"] == 1 and small["fits_unsplit"], "batch 64 does not run unsplit: %s" % small["description"])
+    check_parts(small, "unsplit plan")
+    check(small["timeline"]["estimated_peak_bytes"] == small["unsplit_timeline"]["estimated_peak_bytes"],
+          "an unsplit plan has two different timelines")
+
+
+def case_svg(a):
+    svg = os.path.join(a.work, "vit_small.svg")
+    if os.path.exists(svg):
+        os.remove(svg)
+    r = plan_json(a, ["--batch", "256", "--budget", "24MiB", "--svg", svg])
+    root = ET.parse(svg).getroot()  # well-formed XML
+    ns = "{http://www.w3.org/2000/svg}"
+    check(root.tag == ns + "svg", "the root is %s" % root.tag)
+    texts = ["".join(t.itertext()) for t in root.iter(ns + "text")]
+    check(any(t.startswith("budget 24.0 MiB") for t in texts), "no budget label: %s" % texts)
+    budget_lines = [l for l in root.iter(ns + "line") if l.get("class") == "budget"]
+    check(len(budget_lines) == 2, "%d budget lines, expected one per panel" % len(budget_lines))
+    for timeline in ("timeline", "unsplit_timeline"):
+        op = r[timeline]["peak_op"]
+        check(any(t.startswith("peak at " + op) for t in texts), "no label names the %s's peak op %s" % (timeline, op))
+    check(len([p for p in root.iter(ns + "polyline")]) == 4, "expected a live and a peak curve per panel")
+    check(not any(root.iter(ns + "image")) and "href" not in open(svg).read(), "the SVG refers to other files")
+
+
+def case_fit(a):
+    proc = run(["fit", os.path.join(a.corpus, "vit_small.pt")] + VIT + ["--batch", "1024", "--budget", "48MiB", "--verify", "--json"],
+               a.koila)
+    r = json.loads(proc.stdout)
+    n = r["largest_unsplit_batch"]
+    print("largest unsplit batch %d, peak %d, budget %d, measured %d" % (n, r["largest_unsplit_peak_bytes"], r["budget_bytes"],
+                                                                          r["verify"]["measured_peak_bytes"]))
+    tried = {t["batch"]: t for t in r["tried"]}
+    check(n > 0 and tried[n]["fits_unsplit"], "the answer %d does not fit by koila's plan" % n)
+    check(r["next_batch"]["batch"] == n + 1 and not r["next_batch"]["fits_unsplit"], "%d samples fit too" % (n + 1))
+    check(all(t["fits_unsplit"] == (b <= n) for b, t in tried.items()), "plans disagree around the answer: %s" % r["tried"])
+    check(r["largest_unsplit_peak_bytes"] <= r["budget_bytes"], "the answer's estimate is over the budget")
+    # Against reality: the answer, run once, stays within the budget, unsplit.
+    check(r["verify"]["batch"] == n and r["verify"]["chunks"] == 1, "the verifying run was split: %s" % r["verify"])
+    check(r["verify"]["measured_peak_bytes"] <= r["budget_bytes"], "the answer's run went over the budget")
+    # Power of two: 1024 does not fit unsplit at 48 MiB; its chunk is the largest power of two that does.
+    check(r["plan"]["chunks"] > 1 and r["largest_chunk"] == r["plan"]["chunk"], "batch 1024: %s" % r["plan"]["description"])
+    check(r["largest_chunk"] & (r["largest_chunk"] - 1) == 0 and r["largest_chunk"] <= n, "chunk %d" % r["largest_chunk"])
+    text = run(["fit", os.path.join(a.corpus, "vit_small.pt")] + VIT + ["--batch", "1024", "--budget", "48MiB"], a.koila).stdout
+    print(text)
+    check("largest batch that runs unsplit   %d" % n in text, "fit text lacks the answer %d" % n)
+    check("largest chunk under the budget    %d" % r["largest_chunk"] in text, "fit text lacks the chunk")
+
+
+def case_forward_int_input(a):
+    proc = run(["plan", os.path.join(a.corpus, "embedding.pt"), "--input", "32:int64", "--batch", "64", "--json"], a.koila)
+    r = json.loads(proc.stdout)
+    check(r["inputs"][0]["dtype"] == "int64" and r["mode"] == "forward", "inputs %s" % r["inputs"])
+    check(sum(p["bytes"] for p in r["memory"]) == r["peak_bytes"], "forward: the parts do not add up")
+    check(r["budget_auto"], "the default budget is not auto")
+    events = r["unsplit_timeline"]["events"]
+    check(all(e["phase"] == "forward" for e in events), "a forward plan has backward events")
+    check(any(e["op"] == "aten::embedding" for e in events), "no aten::embedding in %s" % [e["op"] for e in events])
+
+
+def case_errors(a):
+    model = os.path.join(a.corpus, "vit_small.pt")
+    not_a_model = os.path.join(a.work, "not_a_model.pt")
+    with open(not_a_model, "w") as f:
+        f.write("this is not a TorchScript archive\n")
+    base = ["--input", "3x32x32", "--batch", "8"]
+    cases = [
+        (["plan", os.path.join(a.work, "missing.pt")] + base, "No such file"),
+        (["plan", not_a_model] + base, "cannot load"),
+        (["plan", a.work] + base, "directory"),
+        (["plan", model, "--input", "3xfoo", "--batch", "8"], "'foo' is not a positive size"),
+        (["plan", model, "--input", "3x32x32:complex", "--batch", "8"], "unknown dtype"),
+        (["plan", model, "--input", "3x31x32", "--batch", "8"], "does not accept the inputs"),
+        (["plan", model] + base + ["--device", "cuda:0"], "cuda:0"),
+        (["plan", model] + base + ["--device", "tpu"], "unknown device"),
+        (["plan", model] + base + ["--budget", "12XB"], "--budget '12XB'"),
+        (["plan", model] + base + ["--budget", "-5GiB"], "--budget"),
+        (["plan", model, "--input", "3x32x32", "--batch", "-4"], "--batch '-4'"),
+        (["plan", model, "--input", "3x32x32", "--batch", "0"], "--batch '0'"),
+        (["plan", model, "--input", "3x32x32"], "missing --batch"),
+        (["plan", model] + base + ["--budget", "1KiB"], "not even a chunk of one sample fits"),
+        (["plan", model] + base + ["--mode", "training"], "needs --loss"),
+        (["plan", model] + base + ["--mode", "training", "--loss", "cross_entropy:7"], "not [batch, 7"),
+        (["fit", model] + base + ["--svg", "x.svg"], "--svg applies to koila plan"),
+        (["plan", model] + base + ["--svg", os.path.join(a.work, "no", "such", "dir", "x.svg")], "cannot write"),
+        (["frobnicate", model], "unknown command"),
+        ([], "missing command"),
+    ]
+    for args, needle in cases:
+        proc = run(args, a.koila, expect_rc=None)
+        label = "koila " + " ".join(args)
+        lines = proc.stderr.splitlines()
+        check(proc.returncode in (1, 2), "%s: exit status %d" % (label, proc.returncode))
+        check(len(lines) == 1 and lines[0].startswith("koila: error: "), "%s: stderr %r" % (label, proc.stderr))
+        check(needle.lower() in proc.stderr.lower(), "%s: %r not in %r" % (label, needle, proc.stderr))
+        check(proc.stdout == "", "%s: stdout %r" % (label, proc.stdout))
+        for trace in ("terminate called", "Traceback", "Exception raised from", "what():", "frame #"):
+            check(trace not in proc.stderr, "%s: %r in stderr" % (label, trace))
+
+
+def case_help(a):
+    proc = run(["--help"], a.koila)
+    check(proc.stdout.startswith("usage: koila plan") and "--svg FILE" in proc.stdout, "--help: %r" % proc.stdout[:80])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--koila", required=True)
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("case")
+    a = p.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    globals()["case_" + a.case](a)
+    if FAILURES:
+        sys.exit("%d checks failed" % len(FAILURES))
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

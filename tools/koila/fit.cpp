@@ -1,0 +1,210 @@
+#include "fit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace koila_cli {
+namespace {
+
+class Search {
+ public:
+  explicit Search(Session& s, FitResult& r) : s_(s), r_(r), budget_(s.budget()) {}
+
+  bool fits(int64_t n) {
+    auto found = r_.tried.find(n);
+    if (found != r_.tried.end()) return found->second.fits;
+    BatchVerdict v;
+    if (s_.input_bytes(n) > budget_) {
+      v.why = "its inputs alone (" + human_bytes(s_.input_bytes(n)) + ") exceed the budget";
+    } else {
+      BatchPlan b = s_.plan_batch(n);
+      v.fits = b.fits_unsplit();
+      if (b.plan) {
+        v.full_peak = koila_plan_full_peak_bytes(b.plan.get());
+        need_[n] = static_cast<double>(s_.in_use()) +
+                   1.1 * static_cast<double>(v.full_peak - std::min(v.full_peak, s_.in_use()));
+      }
+      if (!v.fits) v.why = b.plan ? "it would run in " + std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks" : b.message;
+    }
+    r_.tried[n] = v;
+    return v.fits;
+  }
+
+  // A first guess: the line through what batches n1 < n2 need (bytes in use plus the
+  // estimate with koila's margin) meets the budget.
+  int64_t guess(int64_t n1, int64_t n2) {
+    fits(n1);
+    fits(n2);
+    if (!need_.count(n1) || !need_.count(n2)) return n1 > 1 ? guess(1, 2) : n1;  // e.g. not splittable: no figures
+    const double slope = (need_[n2] - need_[n1]) / static_cast<double>(n2 - n1);
+    if (slope <= 0) return n2;
+    const double g = static_cast<double>(n1) + (static_cast<double>(budget_) - need_[n1]) / slope;
+    return static_cast<int64_t>(std::clamp(g, 1.0, static_cast<double>(cap())));
+  }
+
+  // The most samples whose inputs fit in the budget (nothing larger can run).
+  int64_t cap() const {
+    const uint64_t per_sample = std::max<uint64_t>(1, s_.input_bytes(1));
+    return static_cast<int64_t>(std::min<uint64_t>(budget_ / per_sample + 1, uint64_t{1} << 40));
+  }
+
+ private:
+  Session& s_;
+  FitResult& r_;
+  uint64_t budget_;
+  std::map<int64_t, double> need_;
+};
+
+// Sets `measured_*` from one real run of a batch of r.largest.
+void verify(Session& s, FitResult& r) {
+  BatchPlan b = s.plan_batch(r.largest);
+  if (!b.plan) throw CliError("--verify: the batch of " + std::to_string(r.largest) + " no longer plans: " + b.message);
+  static int64_t chunks_run = 0;
+  chunks_run = 0;
+  check(koila_set_progress([](void*, const char*, int64_t, int64_t total) { chunks_run = total; }, nullptr),
+        "koila_set_progress");
+  const std::string& device = s.options().device;
+  check(koila_memory_reset_peak(device.c_str()), "koila_memory_reset_peak");
+  if (s.options().mode == KOILA_MODE_TRAINING) {
+    check(koila_backward(b.target.get()), "--verify: the run failed");
+  } else {
+    koila_tensor* out = nullptr;
+    check(koila_eval(&out, b.target.get()), "--verify: the run failed");
+    koila_tensor_free(out);
+  }
+  check(koila_set_progress(nullptr, nullptr), "koila_set_progress");
+  check(koila_memory_stats(device.c_str(), nullptr, &r.measured_peak), "koila_memory_stats");
+  r.measured_chunks = chunks_run;
+  r.verified = true;
+}
+
+}  // namespace
+
+FitResult find_fit(Session& session) {
+  FitResult r;
+  const int64_t batch = session.options().batch;
+  {
+    BatchPlan b = session.plan_batch(batch);
+    if (b.plan) {
+      r.at_batch = make_plan_report(session, b);
+      r.batch_planned = true;
+    } else {
+      r.batch_why = b.message;
+    }
+  }
+  Search search(session, r);
+  const int64_t n2 = std::max<int64_t>(2, batch), n1 = std::max<int64_t>(1, n2 / 2);
+  const int64_t g = search.guess(n1, n2);
+  int64_t lo = 0, hi = 0;  // lo fits (0: nothing known to), hi does not
+  if (search.fits(g)) {
+    lo = g;
+    int64_t step = 1;
+    while (lo + step <= search.cap() && search.fits(lo + step)) {
+      lo += step;
+      step *= 2;
+    }
+    hi = lo + step;
+  } else {
+    hi = g;
+    int64_t step = 1;
+    while (hi - step >= 1 && !search.fits(hi - step)) {
+      hi -= step;
+      step *= 2;
+    }
+    lo = std::max<int64_t>(0, hi - step);
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (search.fits(mid) ? lo : hi) = mid;
+  }
+  if (lo > 0) search.fits(lo + 1);  // the verdict next to the answer, for the report
+  r.largest = lo;
+  if (session.options().verify && r.largest > 0) verify(session, r);
+  return r;
+}
+
+std::string fit_text(const FitResult& r, const Session& s) {
+  std::string text = setup_text(s) + "\n";
+  char line[320];
+  if (r.largest == 0) {
+    const auto one = r.tried.find(1);
+    text += "largest batch that runs unsplit   none: not even one sample fits (" +
+            (one != r.tried.end() ? one->second.why : std::string("?")) + ")\n";
+  } else {
+    const BatchVerdict& at = r.tried.at(r.largest);
+    std::snprintf(line, sizeof line, "largest batch that runs unsplit   %lld  (estimated peak %s)\n",
+                  static_cast<long long>(r.largest), human_bytes(at.full_peak).c_str());
+    text += line;
+    const auto next = r.tried.find(r.largest + 1);
+    if (next != r.tried.end())
+      text += "  one more, " + std::to_string(r.largest + 1) + ", does not: " +
+              (next->second.full_peak ? "estimated peak " + human_bytes(next->second.full_peak) + ", " : "") +
+              next->second.why + "\n";
+  }
+  const int64_t batch = s.options().batch;
+  if (r.batch_planned) {
+    const PlanReport& p = r.at_batch;
+    if (p.chunks == 1)
+      std::snprintf(line, sizeof line, "batch %-27lld unsplit (estimated peak %s)\n", static_cast<long long>(batch),
+                    human_bytes(p.peak).c_str());
+    else
+      std::snprintf(line, sizeof line, "batch %-27lld %lld chunks of %lld (estimated peak %s; unsplit %s)\n",
+                    static_cast<long long>(batch), static_cast<long long>(p.chunks), static_cast<long long>(p.chunk),
+                    human_bytes(p.peak).c_str(), human_bytes(p.full_peak).c_str());
+    text += line;
+    std::snprintf(line, sizeof line, "largest chunk under the budget    %lld%s\n", static_cast<long long>(p.chunk),
+                  p.chunks == 1 ? " (the whole batch)" : " (the largest power of two whose chunks fit)");
+    text += line;
+  } else {
+    text += "batch " + std::to_string(batch) + ": does not run: " + r.batch_why + "\n";
+  }
+  text += "\nfound from " + std::to_string(r.tried.size() + 1) +
+          " plans, without running anything out of memory (koila's estimates: simulated on meta tensors, "
+          "calibrated by real probes of a few samples)\n";
+  if (r.verified) {
+    std::snprintf(line, sizeof line, "verified: the batch of %lld ran in %lld chunk%s, measured peak %s, budget %s: %s\n",
+                  static_cast<long long>(r.largest), static_cast<long long>(r.measured_chunks),
+                  r.measured_chunks == 1 ? "" : "s", human_bytes(r.measured_peak).c_str(),
+                  human_bytes(s.budget()).c_str(), r.measured_peak <= s.budget() ? "within" : "OVER");
+    text += line;
+    if (r.measured_chunks != 1)
+      text += "  the estimate fell short: the unsplit run hit the budget (a hard limit), rolled back and retried "
+              "in smaller chunks\n";
+  }
+  return text;
+}
+
+void fit_json(Json& j, const FitResult& r) {
+  j.field("largest_unsplit_batch", r.largest);
+  const auto at = r.tried.find(r.largest);
+  j.field("largest_unsplit_peak_bytes", at != r.tried.end() ? at->second.full_peak : uint64_t{0});
+  const auto next = r.tried.find(r.largest + 1);
+  if (next != r.tried.end())
+    j.begin_object("next_batch")
+        .field("batch", r.largest + 1)
+        .field("fits_unsplit", next->second.fits)
+        .field("unsplit_peak_bytes", next->second.full_peak)
+        .field("why", next->second.why)
+        .end_object();
+  j.begin_array("tried");
+  for (const auto& [n, v] : r.tried)
+    j.begin_object().field("batch", n).field("fits_unsplit", v.fits).field("unsplit_peak_bytes", v.full_peak).end_object();
+  j.end_array();
+  if (r.batch_planned) {
+    j.begin_object("plan");
+    plan_json(j, r.at_batch);
+    j.end_object();
+    j.field("largest_chunk", r.at_batch.chunk);
+  } else {
+    j.null_field("plan").field("plan_error", r.batch_why);
+  }
+  if (r.verified)
+    j.begin_object("verify")
+        .field("batch", r.largest)
+        .field("chunks", r.measured_chunks)
+        .field("measured_peak_bytes", r.measured_peak)
+        .end_object();
+}
+
+}  // namespace koila_cli
