@@ -666,7 +666,10 @@ KOILA_API int koila_group_size(const koila_group *g);
 /* Every rank ends with root's values of the tensors (e.g. parameters before training).
    The tensors must be concrete, on the group's device (CPU for Gloo), and the same number
    and sizes on every rank: otherwise every rank fails (before anything is sent) with the
-   failing rank's code. Gradients are not recorded. */
+   failing rank's code. Gradients are not recorded. Not transactional: when a rank dies
+   or times out during the transfer, the call fails with KOILA_ERROR_IO and a receiving
+   rank's tensors may hold some of root's values and some of their own (the group is
+   then unusable: free it, join a new one and broadcast again). */
 KOILA_API koila_status *koila_group_broadcast(koila_group *g, koila_tensor *const *ts, size_t n,
                                               int root);
 /* Every rank passes the loss over its own shard of the batch (shards may differ in size)

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 5158eda8193fb7fdd87a2418ff8b96ddd6fb123e587e51e0a8b2fc82929e7d5a
+# Header sha256: 428a0a9b63d7b2c9af005349be8b7a8f9d43d41aaca3dbcc6951005642be7d2d
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -2080,7 +2080,7 @@ end
 
 C: `koila_status *koila_group_broadcast(koila_group *g, koila_tensor *const *ts, size_t n, int root);`
 
-Every rank ends with root's values of the tensors (e.g. parameters before training). The tensors must be concrete, on the group's device (CPU for Gloo), and the same number and sizes on every rank: otherwise every rank fails (before anything is sent) with the failing rank's code. Gradients are not recorded.
+Every rank ends with root's values of the tensors (e.g. parameters before training). The tensors must be concrete, on the group's device (CPU for Gloo), and the same number and sizes on every rank: otherwise every rank fails (before anything is sent) with the failing rank's code. Gradients are not recorded. Not transactional: when a rank dies or times out during the transfer, the call fails with KOILA_ERROR_IO and a receiving rank's tensors may hold some of root's values and some of their own (the group is then unusable: free it, join a new one and broadcast again).
 """
 function koila_group_broadcast(g, ts, n, root)
     fptr = _fptr_koila_group_broadcast[]

@@ -1167,7 +1167,10 @@ extern "C" {
     #[doc = " Every rank ends with root's values of the tensors (e.g. parameters before training)."]
     #[doc = "The tensors must be concrete, on the group's device (CPU for Gloo), and the same number"]
     #[doc = "and sizes on every rank: otherwise every rank fails (before anything is sent) with the"]
-    #[doc = "failing rank's code. Gradients are not recorded."]
+    #[doc = "failing rank's code. Gradients are not recorded. Not transactional: when a rank dies"]
+    #[doc = "or times out during the transfer, the call fails with KOILA_ERROR_IO and a receiving"]
+    #[doc = "rank's tensors may hold some of root's values and some of their own (the group is"]
+    #[doc = "then unusable: free it, join a new one and broadcast again)."]
     pub fn koila_group_broadcast(
         g: *mut koila_group,
         ts: *const *mut koila_tensor,
