@@ -10,13 +10,16 @@ namespace koila {
 
 namespace {
 
-// One batch norm call of a pass: the statistics of the chunks seen so far, combined.
+// One batch norm call of a pass: what each chunk's kernel computed for it. They are
+// combined once, in prepare(), rather than chunk by chunk (a dozen small ops per call and
+// chunk otherwise).
 struct Call {
   at::Tensor running_mean, running_var;
-  double factor = 0;   // the update factor the call passed (its momentum)
-  double count = 0;    // values per channel
-  at::Tensor mean;     // [C] double
-  at::Tensor m2;       // [C] double: sum of squared deviations from the mean
+  double factor = 0;  // the update factor the call passed (its momentum)
+  double eps = 0;
+  std::vector<double> counts;  // per chunk: values per channel
+  Tensors means;               // per chunk: [C], the kernel's saved mean
+  Tensors invstds;             // per chunk: [C], the kernel's saved 1 / sqrt(biased variance + eps)
 };
 
 }  // namespace
@@ -53,41 +56,62 @@ struct ChunkStats::State {
     restore_counters();
   }
 
-  // A batch norm call about to run (see observed_batch_norm).
-  void record(const at::Tensor& input, const at::Tensor& rm, const at::Tensor& rv, double factor) {
+  // A batch norm call about to run (see observed_batch_norm): its running statistics are
+  // saved. Returns the call's record when the pass keeps statistics per chunk, for record_chunk.
+  Call* begin_call(const at::Tensor& rm, const at::Tensor& rv, double factor, double eps) {
     at::NoGradGuard no_grad;
     save(rm);
     save(rv);
-    if (!per_chunk) return;
-    const at::Tensor x = input.detach();
-    std::vector<int64_t> dims;
-    for (int64_t d = 0; d < x.dim(); ++d)
-      if (d != 1) dims.push_back(d);
-    const double n = static_cast<double>(x.numel() / std::max<int64_t>(1, x.size(1)));
-    const auto [var, mean_] = at::var_mean(x, dims, /*unbiased=*/false, /*keepdim=*/false);
-    const at::Tensor mean = mean_.to(at::kDouble);
-    const at::Tensor m2 = var.to(at::kDouble).mul_(n);
+    if (!per_chunk) return nullptr;
     if (chunk == 1) {
-      calls.push_back({rm, rv, factor, n, mean, m2});
+      calls.push_back({rm, rv, factor, eps, {}, {}, {}});
       ++next;
-      return;
+      return &calls.back();
     }
     if (next >= calls.size() || calls[next].running_mean.unsafeGetTensorImpl() != rm.unsafeGetTensorImpl())
       fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
                                     "calls in the same order, but chunk " + std::to_string(chunk) + " differs");
-    Call& c = calls[next++];
-    // Chan, Golub and LeVeque's pairwise update.
-    const double total = c.count + n;
-    const at::Tensor delta = mean - c.mean;
-    c.mean.add_(delta, n / total);
-    c.m2.add_(m2).add_(delta.mul(delta), c.count * n / total);
-    c.count = total;
+    return &calls[next++];
+  }
+
+  // The chunk's statistics of `call`: the mean and inverse standard deviation its kernel
+  // computed and saved for the backward (the CPU, cuDNN and MIOpen kernels alike), so that
+  // nothing passes over the input a second time.
+  static void record_chunk(Call& call, const at::Tensor& input, const at::Tensor& save_mean,
+                           const at::Tensor& save_invstd) {
+    at::NoGradGuard no_grad;
+    const int64_t channels = input.dim() > 1 ? input.size(1) : 0;
+    const int64_t n = channels > 0 ? input.numel() / channels : 0;
+    if (n == 0) return;  // an empty chunk adds nothing
+    if (save_mean.defined() && save_invstd.defined() && save_mean.numel() == channels &&
+        save_invstd.numel() == channels) {
+      call.means.push_back(save_mean.detach().reshape({channels}));
+      call.invstds.push_back(save_invstd.detach().reshape({channels}));
+    } else {  // a kernel that saved nothing usable: computed here
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < input.dim(); ++d)
+        if (d != 1) dims.push_back(d);
+      const auto [var, mean] = at::var_mean(input.detach(), dims, /*unbiased=*/false, /*keepdim=*/false);
+      call.means.push_back(mean);
+      call.invstds.push_back(var.to(at::kDouble).add_(call.eps).rsqrt_());
+    }
+    call.counts.push_back(static_cast<double>(n));
   }
 };
 
 namespace {
 
 thread_local ChunkStats::State* active = nullptr;
+
+// [k, C] in double from k tensors of [C] (of one dtype, unless a kernel saved nothing).
+at::Tensor stack_double(const Tensors& ts) {
+  bool one_dtype = true;
+  for (const at::Tensor& t : ts) one_dtype &= t.scalar_type() == ts.front().scalar_type();
+  if (one_dtype) return at::stack(ts).to(at::kDouble);
+  Tensors doubles;
+  for (const at::Tensor& t : ts) doubles.push_back(t.to(at::kDouble));
+  return at::stack(doubles);
+}
 
 }  // namespace
 
@@ -96,17 +120,28 @@ at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::
                                const c10::optional<at::Tensor>& running_var, bool training, double momentum,
                                double eps, bool cudnn_enabled) {
   ChunkStats::State* s = active;
-  if (s && !s->error && training && running_mean && running_mean->defined() && running_var &&
-      running_var->defined()) {
-    // Kept for end_chunk(): thrown from inside a TorchScript module, it would reach the
-    // caller as the interpreter's error, without its code.
-    try {
-      s->record(input, *running_mean, *running_var, momentum);
-    } catch (...) {
-      s->error = std::current_exception();
-    }
+  if (!s || s->error || !training || !running_mean || !running_mean->defined() || !running_var ||
+      !running_var->defined())
+    return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  // Errors are kept for end_chunk(): thrown from inside a TorchScript module, they would
+  // reach the caller as the interpreter's error, without their code.
+  Call* call = nullptr;
+  try {
+    call = s->begin_call(*running_mean, *running_var, momentum, eps);
+  } catch (...) {
+    s->error = std::current_exception();
   }
-  return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  if (!call)
+    return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  // What at::batch_norm runs, with the statistics it computes (outputs 1 and 2).
+  auto result =
+      at::_batch_norm_impl_index(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  try {
+    ChunkStats::State::record_chunk(*call, input, std::get<1>(result), std::get<2>(result));
+  } catch (...) {
+    s->error = std::current_exception();
+  }
+  return std::get<0>(result);
 }
 
 ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state_(std::make_unique<State>()) {
@@ -190,8 +225,22 @@ void ChunkStats::prepare() {
     fail(KOILA_ERROR_INTERNAL, "a running statistic that was not saved");
   };
   for (const Call& c : s.calls) {
-    current(c.running_mean).mul_(1 - c.factor).add_(c.mean, c.factor);
-    current(c.running_var).mul_(1 - c.factor).add_(c.m2 / (c.count - 1), c.factor);  // unbiased
+    if (c.counts.empty()) continue;  // only empty chunks: no statistics to update with
+    // Each chunk's biased variance from its inverse standard deviation (0 where the kernel
+    // saved 0: no variance and no eps), then the chunks combined exactly: the total mean,
+    // and the sum of squared deviations as the chunks' own plus their means' spread.
+    const auto opts = at::TensorOptions().dtype(at::kDouble).device(c.means.front().device());
+    const at::Tensor w = at::tensor(c.counts, at::TensorOptions().dtype(at::kDouble)).to(opts.device()).unsqueeze(1);
+    const at::Tensor means = stack_double(c.means);
+    const at::Tensor invstds = stack_double(c.invstds);
+    const at::Tensor vars =
+        at::where(invstds > 0, invstds.pow(-2).sub_(c.eps).clamp_min_(0), at::zeros({}, opts));
+    double total = 0;
+    for (double n : c.counts) total += n;
+    const at::Tensor mean = (means * w).sum(0).div_(total);
+    const at::Tensor m2 = (vars * w).sum(0).add_(((means - mean).pow_(2) * w).sum(0));
+    current(c.running_mean).mul_(1 - c.factor).add_(mean, c.factor);
+    current(c.running_var).mul_(1 - c.factor).add_(m2 / (total - 1), c.factor);  // unbiased
   }
   for (size_t i = 0; i < s.updated.size(); ++i) s.updated[i] = s.updated[i].to(s.saved[i].first.scalar_type());
   s.prepared = true;
