@@ -14,7 +14,11 @@
 //       the runs FASTEST spent measuring, the chunk it chose and its account, and both
 //       policies' step times (interleaved, medians).
 //
-//   chunking [corpus dir] [repeats] [model]     (default: the build tree's corpus, 3, all)
+//   chunking [corpus dir] [repeats] [model|all] [batch [side]]
+//     (default: the build tree's corpus, 3, all.) With a batch, 7a alone, each model fed a
+//     random batch of that many samples instead of the corpus's reference batch (with a
+//     side, the image models alone, on images of side x side): the same models at the sizes
+//     they are trained at, where each operator has real work to do.
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
@@ -123,15 +127,38 @@ double ratio(const std::vector<double>& t, const std::vector<double>& unsplit) {
   return fastest_bench::median(t) / fastest_bench::median(unsplit);
 }
 
+// A batch of the given size instead of the corpus's (batch 0: the corpus's own; side 0:
+// the samples' own shape).
+struct Resize {
+  int64_t batch = 0, side = 0;
+};
+
+// The reference's batch, or a random one of `r`'s size: images of the reference's channels,
+// sequences of its shape, tokens below its largest, targets below its classes.
+Reference batch_for(const std::string& dir, const Entry& e, const std::string& module_mode, const Resize& r) {
+  Reference ref = read_reference(dir, e.name, module_mode);
+  if (r.batch == 0) return ref;
+  at::manual_seed(0);
+  std::vector<int64_t> shape = ref.input.sizes().vec();
+  shape[0] = r.batch;
+  if (r.side > 0) shape = {r.batch, ref.input.size(1), r.side, r.side};
+  ref.input = ref.input.is_floating_point()
+                  ? at::randn(shape)
+                  : at::randint(0, ref.input.max().item<int64_t>() + 1, shape, at::TensorOptions().dtype(at::kLong));
+  ref.target = at::randint(0, ref.logits.size(1), {r.batch}, at::TensorOptions().dtype(at::kLong));
+  return ref;
+}
+
 // 7a for one model in one module mode.
-void cost_of_splitting(const std::string& dir, const Entry& e, const std::string& module_mode, int repeats) {
+void cost_of_splitting(const std::string& dir, const Entry& e, const std::string& module_mode, int repeats,
+                       const Resize& resize) {
   const bool train = module_mode == "train", per_chunk = e.batchnorm && train;
   check(koila_set_batch_stats(per_chunk ? KOILA_BATCH_STATS_PER_CHUNK : KOILA_BATCH_STATS_EXACT),
         "koila_set_batch_stats");
-  const Reference ref = read_reference(dir, e.name, module_mode);
+  const Reference ref = batch_for(dir, e, module_mode, resize);
   const Graph g(dir, e.name, train, ref);
   Plain plain(dir, e.name, train, ref);
-  const int64_t batch = e.input_shape[0];
+  const int64_t batch = ref.input.size(0);
   plain.step(batch);  // its .grad held from here on: in use before koila's runs, as koila's own
   check(koila_set_memory_budget("cpu", kUnlimited), "koila_set_memory_budget");
   g.zero_grad();
@@ -215,11 +242,27 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : KOILA_CORPUS_DIR;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
   std::vector<Entry> entries = read_manifest(dir);
-  if (argc > 3)  // one model only
+  if (argc > 3 && std::string(argv[3]) != "all")  // one model only
     entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.name != argv[3]; }),
                   entries.end());
+  Resize resize;
+  if (argc > 4) {
+    resize = {std::atoll(argv[4]), argc > 5 ? std::atoll(argv[5]) : 0};
+    if (resize.batch < 1 || resize.side < 0) {
+      std::fprintf(stderr, "chunking: the batch must be a positive integer, the side one or 0\n");
+      return 2;
+    }
+    if (resize.side > 0)  // images only
+      entries.erase(std::remove_if(entries.begin(), entries.end(), [](const Entry& e) { return e.input_shape.size() != 4; }),
+                    entries.end());
+  }
 
-  std::printf("## 7a. Chunked training step on the real-model corpus (cpu, median of %d, interleaved)\n\n", repeats);
+  std::printf("## 7a. Chunked training step on the real-model corpus (cpu, median of %d, interleaved)", repeats);
+  if (resize.batch)
+    std::printf(": random batches of %lld samples", static_cast<long long>(resize.batch));
+  if (resize.side)
+    std::printf(", images of %lldx%lld", static_cast<long long>(resize.side), static_cast<long long>(resize.side));
+  std::printf("\n\n");
   std::printf(
       "budget = what is held + a fraction of the unsplit step's measured extra (\"need\"); koila and plain: the\n"
       "step against the unsplit one, koila's and plain LibTorch's running the same chunks\n\n");
@@ -230,12 +273,14 @@ int main(int argc, char** argv) {
   for (const Entry& e : entries)
     for (const std::string& module_mode : e.modes) {
       try {
-        cost_of_splitting(dir, e, module_mode, repeats);
+        cost_of_splitting(dir, e, module_mode, repeats, resize);
       } catch (const std::exception& ex) {
         std::printf("| %s | %s | failed: %s |\n", e.name.c_str(), module_mode.c_str(), ex.what());
         check(koila_set_batch_stats(KOILA_BATCH_STATS_EXACT), "koila_set_batch_stats");
       }
     }
+
+  if (resize.batch) return 0;  // 7b at the corpus's sizes only
 
   std::printf("\n## 7b. KOILA_CHUNK_FASTEST against LARGEST, the batch fits (cpu, median of %d, interleaved)\n\n",
               repeats);
