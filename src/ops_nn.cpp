@@ -20,11 +20,17 @@ bool plain_linear(const Meta& x, const Meta& w, const Meta* b) {
   return !b || (b->dtype == x.dtype && b->shape.size() == 1 && b->shape[0] == w.shape[0]);
 }
 
+// linear's result shape: the input's, with the weight's rows as its last dim.
+std::vector<int64_t> linear_shape(const Meta& x, const Meta& w) {
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = w.shape[0];
+  return shape;
+}
+
 // LibTorch's meta kernel of addmm (linear of a matrix) accepts any bias, where running it
 // needs one that broadcasts to the result.
 void check_linear_bias(const Meta& x, const Meta& w, const Meta& b) {
-  std::vector<int64_t> result = x.shape;
-  result.back() = w.shape[0];
+  const std::vector<int64_t> result = linear_shape(x, w);
   bool broadcasts = b.shape.size() <= result.size();
   for (size_t i = 1; broadcasts && i <= b.shape.size(); ++i) {
     const int64_t have = b.shape[b.shape.size() - i], want = result[result.size() - i];
@@ -37,8 +43,7 @@ void check_linear_bias(const Meta& x, const Meta& w, const Meta& b) {
 
 Meta linear_result(const Metas& in, const Node&) {
   Meta m;
-  m.shape = in[0]->shape;
-  m.shape.back() = in[1]->shape[0];
+  m.shape = linear_shape(*in[0], *in[1]);
   m.dtype = in[0]->dtype;
   return m;
 }

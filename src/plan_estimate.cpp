@@ -160,20 +160,6 @@ uint64_t coarse_estimate(const Analysis& a, Mode mode, int64_t chunk) {
   return static_cast<uint64_t>(bytes);
 }
 
-std::string human(uint64_t bytes) {
-  std::ostringstream os;
-  os.precision(1);
-  os << std::fixed;
-  if (bytes >= (uint64_t{1} << 30))
-    os << static_cast<double>(bytes) / (1 << 30) << " GiB";
-  else if (bytes >= (uint64_t{1} << 20))
-    os << static_cast<double>(bytes) / (1 << 20) << " MiB";
-  else if (bytes >= 1024)
-    os << static_cast<double>(bytes) / 1024 << " KiB";
-  else
-    os << bytes << " B";
-  return os.str();
-}
 
 }  // namespace
 
@@ -322,8 +308,8 @@ std::string Estimator::source() {
     if (!c.probes.empty()) {
       os << ", calibrated by real probes of";
       for (const auto& [samples, d] : c.probes) os << " " << samples;
-      os << " samples (+" << human(c.bytes);
-      if (c.slope > 0) os << " and " << human(static_cast<uint64_t>(c.slope)) << " a sample";
+      os << " samples (+" << human_bytes(c.bytes);
+      if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
       os << " beyond the simulation)";
     }
     else if (!c.failure.empty())
@@ -333,8 +319,8 @@ std::string Estimator::source() {
   } else if (!r.probes.empty()) {
     os << "measured on real probes of";
     for (const auto& [c, m] : r.probes) os << " " << c;
-    os << " samples and fitted (" << human(static_cast<uint64_t>(r.intercept)) << " + "
-       << human(static_cast<uint64_t>(r.slope)) << " a sample), as simulating the graph on meta tensors failed: "
+    os << " samples and fitted (" << human_bytes(static_cast<uint64_t>(r.intercept)) << " + "
+       << human_bytes(static_cast<uint64_t>(r.slope)) << " a sample), as simulating the graph on meta tensors failed: "
        << r.simulation_failure;
   } else {
     os << "a coarse estimate: simulating the graph on meta tensors failed: " << r.simulation_failure;

@@ -29,21 +29,6 @@ std::mutex plan_and_reserve;
 
 uint64_t with_margin(uint64_t bytes) { return static_cast<uint64_t>(static_cast<double>(bytes) * (1.0 + kMargin)); }
 
-std::string human(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
-}
 
 int64_t largest_power_of_two_at_most(int64_t n) {
   int64_t p = 1;
@@ -255,11 +240,11 @@ std::string Plan::describe() const {
   } else {
     os << ", unsplit";
   }
-  os << ". Estimated peak " << human(peak()) << " (" << human(current) << " in use";
-  if (others > 0) os << " + " << human(others) << " reserved by runs on other threads";
-  os << " + " << human(extra) << ")";
-  if (split) os << ", unsplit " << human(full_peak());
-  os << "; budget " << human(budget) << ".";
+  os << ". Estimated peak " << human_bytes(peak()) << " (" << human_bytes(current) << " in use";
+  if (others > 0) os << " + " << human_bytes(others) << " reserved by runs on other threads";
+  os << " + " << human_bytes(extra) << ")";
+  if (split) os << ", unsplit " << human_bytes(full_peak());
+  os << "; budget " << human_bytes(budget) << ".";
   if (!source.empty()) os << " Source: " << source << ".";
   const bool fits_unsplit = fits(*this, full_extra);
   if (!fits_unsplit && batch >= 0 && !coupled.empty()) {

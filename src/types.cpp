@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -104,6 +105,22 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* what) {
                                            " is out of range for a tensor of rank " + std::to_string(rank) +
                                            " (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
   return dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
 }
 
 std::string shape_string(at::IntArrayRef shape) {

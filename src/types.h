@@ -31,6 +31,9 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* what);
 // "[2, 3]"
 std::string shape_string(at::IntArrayRef shape);
 
+// "512 B", "1.5 MiB", "2.0 GiB": bytes for people, in descriptions and messages.
+std::string human_bytes(uint64_t bytes);
+
 // Refuses to allocate more than the machine could ever hold, before asking the allocator
 // (which on Linux may overcommit and let the process be killed later).
 void check_allocation(uint64_t bytes, const c10::Device& device);
