@@ -156,6 +156,14 @@ class GradientTarget {
 
   bool any_leaves() const { return !entries_.empty(); }
 
+  // How `leaf`'s .grad stands before the run adds to it (in a simulation, as the real
+  // tensor's does).
+  static GradStart start_of(const ChunkRun& run, const at::Tensor& leaf) {
+    if (!run.meta) return grad_start(leaf);
+    if (!leaf.grad().defined()) return GradStart::Absent;
+    return run.grad_is_zero && run.grad_is_zero(leaf) ? GradStart::Zero : GradStart::Held;
+  }
+
   // Gradients computed elsewhere (the tail after the boundaries): added into .grad.
   void add(const Tensors& leaves, const Tensors& grads) {
     prepare(leaves);
@@ -227,12 +235,7 @@ class GradientTarget {
       Entry e;
       e.leaf = leaf;
       const at::Tensor& grad = leaf.grad();
-      if (run_.meta)
-        e.start = !grad.defined() ? GradStart::Absent
-                  : run_.grad_is_zero && run_.grad_is_zero(leaf) ? GradStart::Zero
-                                                                 : GradStart::Held;
-      else
-        e.start = grad_start(leaf);
+      e.start = start_of(run_, leaf);
       if (e.start == GradStart::Held) {
         if (!host_)
           e.saved = grad.clone();
@@ -344,11 +347,31 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
     timeline_phase(Phase::Backward);
-    const Tensors grads = gradients({value}, {}, leaves, retain);
-    stats.end_chunk();
-    stats.prepare();
-    finish(run, leaves, grads, hands_over(run) ? loss_reduction(a, counts.counts) : LossReduction{});
-    stats.commit();
+    const LossReduction reduction = hands_over(run) ? loss_reduction(a, counts.counts) : LossReduction{};
+    const bool none_held = std::none_of(leaves.begin(), leaves.end(), [&](const at::Tensor& leaf) {
+      return GradientTarget::start_of(run, leaf) == GradStart::Held;
+    });
+    if (run.commit && none_held) {
+      // Absent or zero .grad (the usual training loop): autograd adds into them as it goes,
+      // as it does for a chunk, and a failure puts them back. (Capturing every gradient
+      // first, as below, costs the engine a pass over the graph to find the leaves' edges,
+      // and an addition per leaf after it.)
+      at::NoGradGuard outside;
+      GradientTarget target(run, root->meta.device);
+      target.backward({value}, {}, leaves, retain);
+      stats.end_chunk();
+      stats.prepare();
+      target.finish(0, reduction);
+      stats.commit();
+    } else {
+      // A .grad that holds earlier gradients: this run's are computed whole, then added,
+      // so that a failure leaves the .grad untouched without a snapshot of it.
+      const Tensors grads = gradients({value}, {}, leaves, retain);
+      stats.end_chunk();
+      stats.prepare();
+      finish(run, leaves, grads, reduction);
+      stats.commit();
+    }
     report_whole(run, "backward");
     return;
   }

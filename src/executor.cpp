@@ -212,9 +212,11 @@ void accumulate_gradients(const Tensors& outputs, const Tensors& grad_outputs, c
     outs.push_back(outputs[i]);
     gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
   }
-  if (outs.empty() || leaves.empty()) return;  // (no inputs would mean every leaf)
+  if (outs.empty() || leaves.empty()) return;
   try {
-    torch::autograd::backward(outs, gos, retain_graph, /*create_graph=*/false, leaves);
+    // Into every leaf the outputs reach, which `leaves` are: named as inputs, they would
+    // cost the engine a pass over the graph to find their edges.
+    torch::autograd::backward(outs, gos, retain_graph, /*create_graph=*/false);
   } catch (...) {
     release_failed_backward();
     throw;

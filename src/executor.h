@@ -61,7 +61,8 @@ Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Ten
 bool reaches_eager_history(const std::vector<const Node*>& nodes);
 
 // Backward from `outputs` (weighted by grad_outputs, as for gradients()) that adds into the
-// .grad of `leaves` and of nothing else, each gradient as soon as autograd has it (the
+// .grad of every leaf they reach, which `leaves` must be (autograd_leaves of `outputs`, or
+// of outputs of the same graph over another chunk), each gradient as soon as autograd has it (the
 // chunk's gradients are never all held at once). A failed backward releases at once what
 // LibTorch would hold; the .grad it reached are left as they are (the caller restores them).
 void accumulate_gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
