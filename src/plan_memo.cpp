@@ -1,5 +1,6 @@
 #include "plan_memo.h"
 
+#include <functional>
 #include <list>
 #include <unordered_map>
 
@@ -8,17 +9,19 @@
 namespace koila {
 namespace {
 
-// Two independent 64-bit hashes of the structure's text: a collision of both is not a
-// practical concern, and the text itself (tens of bytes a node) is not kept.
+// Two independent 64-bit hashes of the structure: a collision of both is not a practical
+// concern, and the text itself (tens of bytes a node) is not kept. Strings (ops, signatures)
+// enter as their length and std::hash, so two strings of one length that std::hash maps to
+// one value would look alike to both: a chance of 2^-64 a pair.
 struct Key {
   uint64_t a = 1469598103934665603ull, b = 0x9e3779b97f4a7c15ull;
   void add(uint64_t v) {
     a = (a ^ v) * 1099511628211ull;
     b ^= v + 0x9e3779b97f4a7c15ull + (b << 6) + (b >> 2);
   }
-  void add(const std::string& s) {
+  void add(const std::string& s) {  // (byte by byte, the strings were most of a rebuilt graph's plan)
     add(s.size());
-    for (unsigned char c : s) add(c);
+    add(static_cast<uint64_t>(std::hash<std::string>{}(s)));
   }
   bool operator==(const Key& o) const { return a == o.a && b == o.b; }
 };
