@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "corpus.h"
+#include "corpus_args.h"
 #include "fastest_compare.h"
 
 using namespace koila_corpus;
@@ -239,9 +240,11 @@ void fastest_against_largest(const std::string& dir, const Entry& e, const std::
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  bench_corpus_args::CorpusArgs args;
+  if (!bench_corpus_args::parse(argc, argv, 3, &args)) return 2;
   const std::string dir = argc > 1 ? argv[1] : KOILA_CORPUS_DIR;
-  const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
-  std::vector<Entry> entries = read_manifest(dir);
+  const int repeats = args.repeats;
+  std::vector<Entry> entries = std::move(args.entries);
   if (argc > 3 && std::string(argv[3]) != "all")  // one model only
     entries.erase(std::remove_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.name != argv[3]; }),
                   entries.end());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "corpus.h"
+#include "corpus_args.h"
 
 using namespace koila_corpus;
 
@@ -55,9 +56,11 @@ double step_seconds(const Graph& g, koila_mode mode, int repeats) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  bench_corpus_args::CorpusArgs args;
+  if (!bench_corpus_args::parse(argc, argv, 5, &args)) return 2;
   const std::string dir = argc > 1 ? argv[1] : KOILA_CORPUS_DIR;
-  const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
-  const std::vector<Entry> entries = read_manifest(dir);
+  const int repeats = args.repeats;
+  std::vector<Entry> entries = std::move(args.entries);
 
   std::printf("## Real-model corpus: estimate vs measured peak, planning time (cpu, median of %d steps)\n\n", repeats);
   std::printf("| model | module | mode | batch | est. extra MiB | meas. extra MiB | error | source | first plan ms | plan again ms | unsplit step ms | plan/step | 3+ chunks: chunk x n | budget extra MiB | meas. extra MiB | within budget |\n");
