@@ -56,22 +56,22 @@ struct ChunkStats::State {
     restore_counters();
   }
 
-  // A batch norm call about to run (see observed_batch_norm): its running statistics are
-  // saved. Returns the call's record when the pass keeps statistics per chunk, for record_chunk.
-  Call* begin_call(const at::Tensor& rm, const at::Tensor& rv, double factor, double eps) {
+  // A batch norm call about to run in a pass that keeps statistics per chunk (the only one
+  // observed_batch_norm sees): its running statistics are saved, and its record returned,
+  // for record_chunk.
+  Call& begin_call(const at::Tensor& rm, const at::Tensor& rv, double factor, double eps) {
     at::NoGradGuard no_grad;
     save(rm);
     save(rv);
-    if (!per_chunk) return nullptr;
     if (chunk == 1) {
       calls.push_back({rm, rv, factor, eps, {}, {}, {}});
       ++next;
-      return &calls.back();
+      return calls.back();
     }
     if (next >= calls.size() || calls[next].running_mean.unsafeGetTensorImpl() != rm.unsafeGetTensorImpl())
       fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
                                     "calls in the same order, but chunk " + std::to_string(chunk) + " differs");
-    return &calls[next++];
+    return calls[next++];
   }
 
   // The chunk's statistics of `call`: the mean and inverse standard deviation its kernel
@@ -127,12 +127,11 @@ at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::
   // reach the caller as the interpreter's error, without their code.
   Call* call = nullptr;
   try {
-    call = s->begin_call(*running_mean, *running_var, momentum, eps);
+    call = &s->begin_call(*running_mean, *running_var, momentum, eps);
   } catch (...) {
     s->error = std::current_exception();
-  }
-  if (!call)
     return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  }
   // What at::batch_norm runs, with the statistics it computes (outputs 1 and 2).
   auto result =
       at::_batch_norm_impl_index(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);

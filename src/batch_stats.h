@@ -16,9 +16,9 @@
 // mobilenet_v2's chunked steps); after the last chunk they combine exactly, in double (the
 // total mean, and the sum of squared deviations as the chunks' own plus their means'
 // spread). The kernels' own updates are undone, and one update per call is applied with
-// the combined statistics. Counters a module
-// increments before each call (num_batches_tracked) are put back before every chunk, so
-// every chunk sees the factor of one full-batch call.
+// the combined statistics. Counters a module increments before each call
+// (num_batches_tracked) are put back before every chunk, so every chunk sees the factor of
+// one full-batch call.
 #pragma once
 
 #include <ATen/ATen.h>
