@@ -179,13 +179,14 @@ class GradientTarget {
     }
   }
 
-  // Backward from `outputs` into the leaves' .grad.
-  void backward(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain) {
+  // Backward from `outputs` into the leaves' .grad (`starts`: as for prepare()).
+  void backward(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain,
+                const std::vector<GradStart>* starts = nullptr) {
     if (!run_.commit) {
       add(leaves, gradients(outputs, grad_outputs, leaves, retain));
       return;
     }
-    prepare(leaves);
+    prepare(leaves, starts);
     accumulate_gradients(outputs, grad_outputs, leaves, retain);
   }
 
@@ -227,15 +228,17 @@ class GradientTarget {
 
   static at::Tensor& grad_of(Entry& e) { return const_cast<at::Tensor&>(e.leaf).mutable_grad(); }
 
-  // Notes how the .grad of leaves not seen before stands, before anything is added to it.
-  void prepare(const Tensors& leaves) {
+  // Notes how the .grad of leaves not seen before stands (`starts`, when given, says so for
+  // each of `leaves`), before anything is added to it.
+  void prepare(const Tensors& leaves, const std::vector<GradStart>* starts = nullptr) {
     at::NoGradGuard no_grad;
-    for (const at::Tensor& leaf : leaves) {
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const at::Tensor& leaf = leaves[i];
       if (index_.count(leaf.unsafeGetTensorImpl())) continue;
       Entry e;
       e.leaf = leaf;
       const at::Tensor& grad = leaf.grad();
-      e.start = start_of(run_, leaf);
+      e.start = starts ? (*starts)[i] : start_of(run_, leaf);
       if (e.start == GradStart::Held) {
         if (!host_)
           e.saved = grad.clone();
@@ -348,9 +351,10 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     if (leaves.empty()) no_leaves();
     timeline_phase(Phase::Backward);
     const LossReduction reduction = hands_over(run) ? loss_reduction(a, counts.counts) : LossReduction{};
-    const bool none_held = std::none_of(leaves.begin(), leaves.end(), [&](const at::Tensor& leaf) {
-      return GradientTarget::start_of(run, leaf) == GradStart::Held;
-    });
+    std::vector<GradStart> starts;  // read once (a zero .grad is found by reading it whole)
+    if (run.commit)
+      for (const at::Tensor& leaf : leaves) starts.push_back(GradientTarget::start_of(run, leaf));
+    const bool none_held = std::find(starts.begin(), starts.end(), GradStart::Held) == starts.end();
     if (run.commit && none_held) {
       // Absent or zero .grad (the usual training loop): autograd adds into them as it goes,
       // as it does for a chunk, and a failure puts them back. (Capturing every gradient
@@ -358,7 +362,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       // and an addition per leaf after it.)
       at::NoGradGuard outside;
       GradientTarget target(run, root->meta.device);
-      target.backward({value}, {}, leaves, retain);
+      target.backward({value}, {}, leaves, retain, &starts);
       stats.end_chunk();
       stats.prepare();
       target.finish(0, reduction);
