@@ -160,7 +160,6 @@ uint64_t coarse_estimate(const Analysis& a, Mode mode, int64_t chunk) {
   return static_cast<uint64_t>(bytes);
 }
 
-
 }  // namespace
 
 Estimator::Estimator(const NodePtr& root, const Analysis& a, Mode mode)

@@ -19,7 +19,7 @@ struct Key {
     a = (a ^ v) * 1099511628211ull;
     b ^= v + 0x9e3779b97f4a7c15ull + (b << 6) + (b >> 2);
   }
-  void add(const std::string& s) {  // (byte by byte, the strings were most of a rebuilt graph's plan)
+  void add(const std::string& s) {
     add(s.size());
     add(static_cast<uint64_t>(std::hash<std::string>{}(s)));
   }

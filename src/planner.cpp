@@ -29,7 +29,6 @@ std::mutex plan_and_reserve;
 
 uint64_t with_margin(uint64_t bytes) { return static_cast<uint64_t>(static_cast<double>(bytes) * (1.0 + kMargin)); }
 
-
 int64_t largest_power_of_two_at_most(int64_t n) {
   int64_t p = 1;
   while (p <= n / 2) p *= 2;
