@@ -55,35 +55,25 @@ void Json::key(const char* k) {
   if (k) out_ += quoted(k) + ": ";
 }
 
-Json& Json::begin_object(const char* k) {
+Json& Json::open(const char* k, char bracket) {
   key(k);
-  out_ += "{";
+  out_ += bracket;
   first_.push_back(true);
   return *this;
 }
 
-Json& Json::end_object() {
+Json& Json::close(char bracket) {
   const bool empty = first_.back();
   first_.pop_back();
   if (!empty) out_ += "\n" + std::string(2 * first_.size(), ' ');
-  out_ += "}";
+  out_ += bracket;
   return *this;
 }
 
-Json& Json::begin_array(const char* k) {
-  key(k);
-  out_ += "[";
-  first_.push_back(true);
-  return *this;
-}
-
-Json& Json::end_array() {
-  const bool empty = first_.back();
-  first_.pop_back();
-  if (!empty) out_ += "\n" + std::string(2 * first_.size(), ' ');
-  out_ += "]";
-  return *this;
-}
+Json& Json::begin_object(const char* k) { return open(k, '{'); }
+Json& Json::end_object() { return close('}'); }
+Json& Json::begin_array(const char* k) { return open(k, '['); }
+Json& Json::end_array() { return close(']'); }
 
 Json& Json::field(const char* k, const std::string& value) {
   key(k);

@@ -29,6 +29,8 @@ class Json {
 
  private:
   void key(const char* k);
+  Json& open(const char* k, char bracket);  // a value that holds others: { or [
+  Json& close(char bracket);
   std::string out_;
   std::vector<bool> first_;  // per open container: nothing written in it yet
 };
