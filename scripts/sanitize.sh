@@ -26,11 +26,11 @@ if [[ $what == all || $what == asan ]]; then
   configure_and_build "$root/build-asan" address,undefined \
       koila koila_tests koila_c99_test koila_api_fuzz koila_graph_fuzz koila_concurrency_test koila_test_models
   # The install and export checks inspect the plain build's artefacts; the rest runs here.
-  (cd "$root/build-asan" && ctest --output-on-failure -j"$(nproc)" -E 'c\.(install_prefix|exports_only_koila_symbols)')
+  "$root/scripts/ctest_run.sh" "$root/build-asan" -j"$(nproc)" -E 'c\.(install_prefix|exports_only_koila_symbols)'
 fi
 
 if [[ $what == all || $what == tsan ]]; then
   echo "sanitize: building with ThreadSanitizer"
   configure_and_build "$root/build-tsan" thread koila koila_concurrency_test koila_test_models
-  (cd "$root/build-tsan" && ctest --output-on-failure -R 'reliability\.concurrency')
+  "$root/scripts/ctest_run.sh" "$root/build-tsan" -R 'reliability\.concurrency'
 fi

@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
-(cd "${KOILA_BUILD_DIR:-$root/build}" && ctest --output-on-failure -j"$(nproc)" "$@")
+"$root/scripts/ctest_run.sh" "${KOILA_BUILD_DIR:-$root/build}" -j"$(nproc)" "$@"
 [[ ${KOILA_SKIP_SANITIZERS:-0} == 1 ]] && exit 0
 "$root/scripts/sanitize.sh"
 "$root/scripts/fuzz_fresh.sh"
