@@ -207,7 +207,13 @@ void Estimator::calibrate(Calibration& c) {
       c.probes[samples] = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
       c.failure.clear();
     } catch (...) {
-      c.failure = reason(std::current_exception());
+      const std::exception_ptr e = std::current_exception();
+      c.failure = reason(e);
+      if (is_out_of_memory(e)) {  // no room now (other runs, a smaller budget): again in a later plan
+        c.done = false;
+        c.probes.clear();
+        return;
+      }
       break;
     }
   }

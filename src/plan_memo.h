@@ -31,7 +31,7 @@ struct PlanCache {
 struct Calibration {
   // Held while a plan reads or fills it, after the record's own mutex.
   std::mutex mutex;
-  bool done = false;     // probed (or the probe failed); false: not yet, or no room then
+  bool done = false;     // probed (or the probe failed but for memory); false: not yet, or no room then
   std::string failure;   // non-empty: the probe failed (why)
   // Samples -> bytes the probe took beyond the simulation (or less).
   std::map<int64_t, int64_t> probes;

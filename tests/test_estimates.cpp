@@ -44,6 +44,15 @@ double error_of(const Measured& m) {
   return (static_cast<double>(m.estimated) - static_cast<double>(m.measured)) / static_cast<double>(m.measured);
 }
 
+// A 256-channel 3x3 convolution on 16 small images, lazy in the batch: oneDNN reorders its
+// weights (2.25 MiB) into a buffer that meta tensors cannot show.
+struct WideConv {
+  at::Tensor w = at::randn({256, 256, 3, 3}) * 0.02;
+  Handle x = koila_models::lazy(at::randn({16, 256, 4, 4}), 0), weight = koila_models::share(w);
+  Handle y = CALL(koila_conv2d, x.get(), weight.get(), nullptr, std::vector<int64_t>{1, 1}.data(),
+                  std::vector<int64_t>{1, 1}.data(), std::vector<int64_t>{1, 1}.data(), 1);
+};
+
 }  // namespace
 
 // oneDNN reorders a convolution's weights into a buffer of their size when the batch has
@@ -52,10 +61,8 @@ double error_of(const Measured& m) {
 // calibrated estimate is not.
 TEST(Estimates, BackendWorkspacesAreCalibratedByARealProbe) {
   BudgetGuard restore;
-  const at::Tensor w = at::randn({256, 256, 3, 3}) * 0.02;
-  Handle x = koila_models::lazy(at::randn({16, 256, 4, 4}), 0), weight = koila_models::share(w);
-  Handle y = CALL(koila_conv2d, x.get(), weight.get(), nullptr, std::vector<int64_t>{1, 1}.data(),
-                  std::vector<int64_t>{1, 1}.data(), std::vector<int64_t>{1, 1}.data(), 1);
+  const WideConv c;
+  const Handle& y = c.y;
   const uint64_t probes = koila::testing::probes_run();
   const Measured m = plan_and_run(y.get(), KOILA_MODE_FORWARD);
   EXPECT_EQ(koila::testing::probes_run() - probes, 2u);
@@ -71,7 +78,29 @@ TEST(Estimates, BackendWorkspacesAreCalibratedByARealProbe) {
   }
   EXPECT_GT(calibration, m.measured / 2) << "the backend's buffer should be most of the peak";
   // The result is the convolution's.
-  EXPECT_TRUE(at::allclose(to_aten(y.get()), at::conv2d(to_aten(x.get()), w, {}, 1, 1), 1e-4, 1e-5));
+  EXPECT_TRUE(at::allclose(to_aten(y.get()), at::conv2d(to_aten(c.x.get()), c.w, {}, 1, 1), 1e-4, 1e-5));
+}
+
+// A calibration probe that runs out of memory (the room it was planned for was taken
+// meanwhile) leaves the estimate uncalibrated for that plan only: the next plan of the
+// structure probes again. (It used to count as done, so the structure stayed uncalibrated,
+// and short by the backend's buffer, for the rest of the process.)
+TEST(Estimates, ACalibrationProbeThatRunsOutOfMemoryIsTriedAgain) {
+  BudgetGuard restore;
+  const WideConv c;
+  const Handle& y = c.y;
+  const uint64_t probes = koila::testing::probes_run();
+  // Room for the probe's input and output, not for oneDNN's reordered weights (2.25 MiB).
+  koila::testing::set_cpu_limit(current_cpu() + (256 << 10));
+  const PlanInfo starved = plan_of(y.get(), KOILA_MODE_FORWARD);
+  koila::testing::set_cpu_limit(0);
+  EXPECT_EQ(koila::testing::probes_run() - probes, 1u);
+  EXPECT_NE(starved.text.find("not calibrated (the probe failed: "), std::string::npos) << starved.text;
+  EXPECT_NE(starved.text.find("out of memory"), std::string::npos) << starved.text;
+  const Measured m = plan_and_run(y.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(koila::testing::probes_run() - probes, 3u);
+  EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
+  EXPECT_GE(static_cast<double>(m.estimated) * (1 + koila::kMargin), static_cast<double>(m.measured)) << m.text;
 }
 
 // A graph rebuilt every step (the usual training loop) is simulated and probed once.
