@@ -353,17 +353,20 @@ class ScriptedMlp {
 };
 
 void worker(int index, const std::string& models, int iterations) {
+  std::string where = "setting up";  // for the failure's message
   try {
     Rng rng(0xC0FFEE + static_cast<uint64_t>(index));
     OpsMlp mlp(rng, index % 2 == 1);
     ScriptedMlp scripted(rng, models + "/mlp.pt");
     for (int i = 0; i < iterations; ++i) {
+      where = "iteration " + std::to_string(i) + ", ops MLP";
       mlp.iteration();
+      where = "iteration " + std::to_string(i) + ", TorchScript MLP";
       scripted.iteration();
     }
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(failures_mutex);
-    failures.push_back("worker " + std::to_string(index) + ": " + e.what());
+    failures.push_back("worker " + std::to_string(index) + ", " + where + ": " + e.what());
   }
 }
 
