@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "batch_stats.h"
 #include "error.h"
@@ -429,6 +430,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
   bool leaves_known = false;
+  std::vector<bool> reached(n, false);  // boundaries whose value some chunk backpropagated
   ChunkStats stats(stats_mode(a, run), a.nodes);
   for_each_chunk(a.batch, run, "backward", stats, [&](int64_t start, int64_t length) {
     options.chunk_start = start;
@@ -453,10 +455,21 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       }
       grad_outputs[k] = a.root_is_boundary ? at::full_like(values[k], w) : upstream[k].mul(w);
     }
-    if (!leaves_known) {
+    // The leaves are found again whenever a boundary contributes for the first time (one
+    // that averaged over nothing in the chunks before may reach other leaves), so that the
+    // target notes how each .grad stood before anything is added into it.
+    bool first_reach = false;
+    for (size_t k = 0; k < n; ++k)
+      if (values[k].defined() && !reached[k]) reached[k] = first_reach = true;
+    if (first_reach && leaves.empty()) {
       leaves = autograd_leaves(values);
-      leaves_known = std::any_of(values.begin(), values.end(), [](const at::Tensor& v) { return v.defined(); });
+    } else if (first_reach) {  // added to those found before (a probe computes gradients for these alone)
+      std::unordered_set<const c10::TensorImpl*> known;
+      for (const at::Tensor& leaf : leaves) known.insert(leaf.unsafeGetTensorImpl());
+      for (const at::Tensor& leaf : autograd_leaves(values))
+        if (known.insert(leaf.unsafeGetTensorImpl()).second) leaves.push_back(leaf);
     }
+    leaves_known |= first_reach;
     timeline_phase(Phase::Backward);
     target.backward(values, grad_outputs, leaves, retain);
   });

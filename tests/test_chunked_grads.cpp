@@ -292,3 +292,89 @@ TEST(ChunkedGrads, ExistingGradientsAccumulate) {
   koila::backward_chunks(sum->node, koila::analysis_of(sum->node, koila::Mode::Training), run);
   expect_grads(m.grads(), times(3 + 24), "sum");
 }
+
+namespace {
+
+// Two heads on one lazy batch, each with its own cross entropy (mean) and parameters: the
+// loss adds the two means, so each is a boundary of the chunked run. The second head's
+// targets are ignored (-100) in the first two samples, so its mean averages over nothing in
+// a first chunk of two and that chunk reaches only the first head's parameters.
+struct TwoHeads {
+  std::vector<at::Tensor> params;  // w1, b1, w2, b2
+  std::vector<Handle> handles;
+  at::Tensor xs, y1s, y2s;
+  Handle x, y1, y2, loss;
+
+  TwoHeads() {
+    at::manual_seed(23);
+    for (int head = 0; head < 2; ++head)
+      for (const auto& shape : std::vector<std::vector<int64_t>>{{5, 12}, {5}}) {
+        params.push_back((at::randn(shape) * 0.3).set_requires_grad(true));
+        handles.push_back(koila_models::share(params.back()));
+      }
+    xs = at::randn({8, 12});
+    y1s = at::randint(5, {8}, at::kLong);
+    y2s = at::randint(5, {8}, at::kLong);
+    y2s.narrow(0, 0, 2).fill_(-100);
+    x = koila_models::lazy(xs, 0);
+    y1 = koila_models::lazy(y1s, 0);
+    y2 = koila_models::lazy(y2s, 0);
+    Handle h1 = CALL(koila_linear, x.get(), handles[0].get(), handles[1].get());
+    Handle h2 = CALL(koila_linear, x.get(), handles[2].get(), handles[3].get());
+    Handle l1 = CALL(koila_cross_entropy, h1.get(), y1.get(), KOILA_REDUCTION_MEAN);
+    Handle l2 = CALL(koila_cross_entropy, h2.get(), y2.get(), KOILA_REDUCTION_MEAN);
+    loss = CALL(koila_add, l1.get(), l2.get());
+  }
+  std::vector<at::Tensor> eager_grads() const {
+    (at::cross_entropy_loss(at::linear(xs, params[0], params[1]), y1s) +
+     at::cross_entropy_loss(at::linear(xs, params[2], params[3]), y2s))
+        .backward();
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params) {
+      g.push_back(p.grad().clone());
+      p.mutable_grad() = at::Tensor();
+    }
+    return g;
+  }
+  std::vector<at::Tensor> grads() const {
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    return g;
+  }
+};
+
+}  // namespace
+
+// Parameters that only later chunks reach get their gradients like the others: added in
+// (equal to PyTorch's), and put back when the run fails after they were reached.
+TEST(ChunkedGrads, LeavesReachedOnlyByLaterChunksAreAddedAndRestored) {
+  TwoHeads m;
+  const auto expected = m.eager_grads();
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  ASSERT_EQ(a.boundaries.size(), 2u);
+  koila::ChunkRun run;
+  run.chunk = 2;
+  koila::backward_chunks(m.loss->node, a, run);
+  expect_grads(m.grads(), expected, "chunks of 2");
+
+  // Again from absent .grad, failing in the third chunk of the backward (after the second
+  // reached the second head): every .grad is absent again.
+  for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
+  static bool fail_now = false;
+  fail_now = false;
+  ASSERT_OK(koila_set_progress(
+      [](void*, const char* what, int64_t done, int64_t) {
+        if (std::string(what) == "backward" && done == 2) fail_now = true;
+      },
+      nullptr));
+  run.progress = true;
+  run.leaf = [](const koila::Node& node) {
+    if (fail_now) throw std::runtime_error("fails in the third chunk");
+    return node.value;
+  };
+  EXPECT_THROW(koila::backward_chunks(m.loss->node, a, run), std::runtime_error);
+  ASSERT_OK(koila_set_progress(nullptr, nullptr));
+  EXPECT_TRUE(fail_now) << "the run did not reach its third chunk";
+  const auto after = m.grads();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_FALSE(after[i].defined()) << "gradient " << i << " left behind";
+}
