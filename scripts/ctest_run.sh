@@ -11,7 +11,7 @@ cd "$dir" || exit 2
 log=$PWD/ctest.log
 echo "ctest in $PWD $* (full output: $log)"
 ctest --output-on-failure "$@" 2>&1 | tee "$log" |
-  grep --line-buffered -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run)'
+  grep --line-buffered -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\.\.\. *(\*\*\*|Failed|Not Run)'
 rc=${PIPESTATUS[0]}
 sed -n '/tests passed, /,$p' "$log"
 if ((rc != 0)); then
