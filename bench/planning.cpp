@@ -6,11 +6,18 @@
 //   rebuilt plan   koila_plan_new on a graph built again the same way (every training step
 //                  builds its graph anew): the structure's record is found, nothing is
 //                  simulated or probed;
-//   step ratio     (usage: bench_planning [repeats] [width]) a lazy training step (build the graph, koila_backward) against the same
+//   step ratio     a lazy training step (build the graph, koila_backward) against the same
 //                  step computed eagerly with LibTorch, interleaved, median of many.
+//
+//   usage: bench_planning [repeats] [width] [absent|zeroed]
+//   absent (default): each step ends setting every .grad absent; zeroed: zeroing them in
+//   place (koila_tensor_zero_grad; eagerly Tensor::zero_), as koila_optimizer_zero_grad
+//   and torch.optim's zero_grad(set_to_none=False) do.
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "bench_common.h"
@@ -21,6 +28,7 @@ using koila_models::Handle;
 
 constexpr int kLayers = 500, kBatch = 32;
 int kWidth = 32;  // features of every layer (argument 2)
+bool kZeroInPlace = false;  // argument 3
 
 struct Net {
   std::vector<at::Tensor> w, b;
@@ -48,9 +56,20 @@ struct Net {
     bench::check(koila_mean(&loss, h.get(), nullptr, 0, 0), "koila_mean");
     return Handle(loss);
   }
+  // After a step through koila: its C API when zeroing in place.
+  void zero_grad_lazy() const {
+    if (!kZeroInPlace) return zero_grad();
+    for (const Handle& h : wh) bench::check(koila_tensor_zero_grad(h.get()), "koila_tensor_zero_grad");
+    for (const Handle& h : bh) bench::check(koila_tensor_zero_grad(h.get()), "koila_tensor_zero_grad");
+  }
   void zero_grad() const {
-    for (const at::Tensor& t : w) t.mutable_grad() = at::Tensor();
-    for (const at::Tensor& t : b) t.mutable_grad() = at::Tensor();
+    for (const std::vector<at::Tensor>* params : {&w, &b})
+      for (const at::Tensor& t : *params) {
+        if (!kZeroInPlace)
+          t.mutable_grad() = at::Tensor();
+        else if (t.grad().defined())
+          t.mutable_grad().zero_();
+      }
   }
 };
 
@@ -68,7 +87,17 @@ double plan_seconds(const koila_tensor* loss) {
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 41;
   if (argc > 2) kWidth = std::atoi(argv[2]);
-  const Net net;
+  if (argc > 3) {
+    const std::string mode = argv[3];
+    if (mode != "absent" && mode != "zeroed") {
+      std::fprintf(stderr, "usage: %s [repeats] [width] [absent|zeroed]\n", argv[0]);
+      return 2;
+    }
+    kZeroInPlace = mode == "zeroed";
+  }
+  // The lazy and the eager step each train their own copy of the parameters (equal at the
+  // start), so that each finds its .grad as it left them.
+  const Net net, eager_net;
   const at::Tensor xs = at::randn({kBatch, kWidth});
 
   Handle first = net.lazy_loss(xs);
@@ -83,21 +112,21 @@ int main(int argc, char** argv) {
       [&] {
         Handle loss = net.lazy_loss(xs);
         bench::check(koila_backward(loss.get()), "koila_backward");
-        net.zero_grad();
+        net.zero_grad_lazy();
       },
       [&] { Handle loss = net.lazy_loss(xs); },
       [&] {
         at::Tensor h = xs;
-        for (int i = 0; i < kLayers; ++i) h = at::tanh(at::linear(h, net.w[i], net.b[i]));
+        for (int i = 0; i < kLayers; ++i) h = at::tanh(at::linear(h, eager_net.w[i], eager_net.b[i]));
         h.mean().backward();
-        net.zero_grad();
+        eager_net.zero_grad();
       },
   });
 
-  std::printf("| graph | first plan | rebuilt plan (median) | lazy step | of which building | eager step | lazy / eager |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.1f ms | %.3f |\n",
-              kLayers, kBatch, kWidth, 2 * kLayers + 1, first_plan * 1e3, bench::median(rebuilt) * 1e3,
+  std::printf("| graph | .grad between steps | first plan | rebuilt plan (median) | lazy step | of which building | eager step | lazy / eager |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.1f ms | %.3f |\n",
+              kLayers, kBatch, kWidth, 2 * kLayers + 1, kZeroInPlace ? "zeroed" : "absent", first_plan * 1e3, bench::median(rebuilt) * 1e3,
               times[0] * 1e3, times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "graph.h"
 #include "module.h"
 #include "types.h"
+#include "zeroed_grads.h"
 
 struct koila_optimizer {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -230,7 +231,7 @@ KOILA_API koila_status* koila_optimizer_zero_grad(koila_optimizer* o) {
     // In place, as koila_tensor_zero_grad: gradient handles stay valid.
     at::NoGradGuard no_grad;
     for (at::Tensor& p : opt.params)
-      if (p.grad().defined()) p.mutable_grad().zero_();
+      if (p.grad().defined()) note_zeroed(p.mutable_grad().zero_());
   });
 }
 

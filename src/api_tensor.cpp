@@ -9,6 +9,7 @@
 #include "planner.h"
 #include "graph.h"
 #include "types.h"
+#include "zeroed_grads.h"
 
 using namespace koila;
 
@@ -235,7 +236,7 @@ KOILA_API koila_status* koila_tensor_zero_grad(koila_tensor* t) {
     if (node->kind == NodeKind::Op || !node->value.is_leaf()) return;
     at::NoGradGuard no_grad;
     const at::Tensor& grad = node->value.grad();
-    if (grad.defined()) grad.zero_();
+    if (grad.defined()) note_zeroed(grad.zero_());
   });
 }
 

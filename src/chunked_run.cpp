@@ -10,6 +10,7 @@
 #include "executor.h"
 #include "plan_timeline.h"
 #include "progress.h"
+#include "zeroed_grads.h"
 
 namespace koila {
 namespace {
@@ -146,7 +147,7 @@ class GradientTarget {
         at::Tensor& grad = grad_of(e);
         switch (e.start) {
           case GradStart::Absent: grad = at::Tensor(); break;
-          case GradStart::Zero: if (grad.defined()) grad.zero_(); break;
+          case GradStart::Zero: if (grad.defined()) note_zeroed(grad.zero_()); break;
           case GradStart::Held: if (e.saved.defined()) grad.copy_(e.saved); break;
         }
       }

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "memory.h"
 #include "types.h"
+#include "zeroed_grads.h"
 
 namespace koila {
 
@@ -227,6 +228,7 @@ GradStart grad_start(const at::Tensor& t) {
   if (!t.defined() || !t.requires_grad() || !t.is_leaf()) return GradStart::Absent;
   const at::Tensor& g = t.grad();
   if (!g.defined()) return GradStart::Absent;
+  if (known_zero(g)) return GradStart::Zero;  // zeroed by koila and not written since: not read
   if (g.layout() != at::kStrided || g.is_meta() || g.is_complex()) return GradStart::Held;
   if (g.numel() == 0) return GradStart::Zero;
   // Its least and largest elements, into two scalars (any() would first copy it to bools).

@@ -107,7 +107,15 @@ void check_usable(const Group::Comm& comm) {
                          "join a new one");
 }
 
+// Collectives write into their tensors past LibTorch's dispatcher, which would count the
+// write in the tensor's version; it is counted here, so that whatever knows a tensor by its
+// version (zeroed_grads.h) sees it written.
+void count_write(const at::Tensor& t) {
+  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
+
 Pending start_all_reduce(Group::Comm& comm, at::Tensor& t) {
+  count_write(t);
   std::vector<at::Tensor> ts{t};
   try {
     return Pending(comm, comm.pg->allreduce(ts), "all-reduce");
@@ -117,6 +125,7 @@ Pending start_all_reduce(Group::Comm& comm, at::Tensor& t) {
 }
 
 Pending start_broadcast(Group::Comm& comm, at::Tensor& t, int root) {
+  count_write(t);
   std::vector<at::Tensor> ts{t};
   c10d::BroadcastOptions options;
   options.rootRank = root;

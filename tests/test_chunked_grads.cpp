@@ -5,9 +5,11 @@
 #include <stdexcept>
 
 #include "chunked_run.h"
+#include "executor.h"
 #include "helpers.h"
 #include "plan_analysis.h"
 #include "plan_memo.h"
+#include "zeroed_grads.h"
 
 using namespace koila_test;
 
@@ -377,4 +379,51 @@ TEST(ChunkedGrads, LeavesReachedOnlyByLaterChunksAreAddedAndRestored) {
   EXPECT_TRUE(fail_now) << "the run did not reach its third chunk";
   const auto after = m.grads();
   for (size_t i = 0; i < after.size(); ++i) EXPECT_FALSE(after[i].defined()) << "gradient " << i << " left behind";
+}
+
+// .grad zeroed through koila are known to be zero without being read, until anything
+// writes them (an in-place op, a backward) or replaces them; other .grad are read.
+TEST(ChunkedGrads, GradsZeroedThroughKoilaAreKnownZeroUntilWritten) {
+  MnistMlp m(8, 31);
+  const auto expected = m.eager_grads();
+  auto starts = [&] {
+    std::vector<koila::GradStart> s;
+    for (const at::Tensor& p : m.params) s.push_back(koila::grad_start(p));
+    return s;
+  };
+  auto zero_through_koila = [&] {
+    for (const Handle& h : m.handles) ASSERT_OK(koila_tensor_zero_grad(h.get()));
+  };
+  const std::vector<koila::GradStart> all_zero(m.params.size(), koila::GradStart::Zero),
+      all_held(m.params.size(), koila::GradStart::Held);
+  m.set_grads(expected);
+  EXPECT_EQ(starts(), all_held);
+  zero_through_koila();
+  for (const at::Tensor& p : m.params) EXPECT_TRUE(koila::known_zero(p.grad()));
+  EXPECT_EQ(starts(), all_zero);
+  // Written in place: read again, and found to hold gradients.
+  m.params[0].grad().add_(1);
+  EXPECT_FALSE(koila::known_zero(m.params[0].grad()));
+  EXPECT_EQ(koila::grad_start(m.params[0]), koila::GradStart::Held);
+  // A backward adds into every zeroed .grad (the result is PyTorch's).
+  zero_through_koila();
+  ASSERT_OK(koila_backward(m.loss.get()));
+  for (const at::Tensor& p : m.params) EXPECT_FALSE(koila::known_zero(p.grad()));
+  EXPECT_EQ(starts(), all_held);
+  expect_grads(m.grads(), expected, "after the backward");
+  // Replaced by another tensor of zeros: not the one koila zeroed, so read (and zero).
+  zero_through_koila();
+  m.set_grads_zero();
+  for (const at::Tensor& p : m.params) EXPECT_FALSE(koila::known_zero(p.grad()));
+  EXPECT_EQ(starts(), all_zero);
+  // koila_optimizer_zero_grad notes them as well.
+  m.set_grads(expected);
+  std::vector<koila_tensor*> raw;
+  for (const Handle& h : m.handles) raw.push_back(h.get());
+  koila_optimizer* opt = nullptr;
+  ASSERT_OK(koila_optimizer_sgd(&opt, raw.data(), raw.size(), 0.1, 0.0, 0.0));
+  ASSERT_OK(koila_optimizer_zero_grad(opt));
+  koila_optimizer_free(opt);
+  for (const at::Tensor& p : m.params) EXPECT_TRUE(koila::known_zero(p.grad()));
+  m.set_grads_absent();
 }
