@@ -66,6 +66,7 @@ struct Slot {
   std::atomic<uint32_t> generation{0};
   std::atomic<int64_t> live{0};
   std::atomic<uint64_t> peak{0};
+  std::atomic<uint64_t> refused{0};  // see RunMemory::refused()
   std::atomic<int> parent{-1};
 };
 
@@ -83,6 +84,15 @@ void charge(int slot, int64_t bytes) {
   for (int s = slot; s >= 0; s = slots[s].parent) {
     const int64_t now = slots[s].live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     if (bytes > 0) raise_peak(slots[s].peak, static_cast<uint64_t>(std::max<int64_t>(now, 0)));
+  }
+}
+
+// An allocation of `bytes` on this thread went over koila's budget: each slot it would
+// have been charged to notes what it held plus the request.
+void note_refusal(uint64_t bytes) {
+  for (int s = innermost_slot; s >= 0; s = slots[s].parent) {
+    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(slots[s].live.load(std::memory_order_relaxed), 0));
+    raise_peak(slots[s].refused, held + bytes);
   }
 }
 
@@ -104,13 +114,14 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
     if (bytes == 0) return {nullptr, nullptr, &cpu_delete, device};
     const uint64_t now = cpu_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     const uint64_t limit = cpu_limit.load(std::memory_order_relaxed);
-    if (limit != 0 && now > limit) {
+    if (limit != 0 && now > limit) {  // as a device that ran out: says nothing of the run
       cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", bytes, " bytes with ",
                        now - bytes, " held and a limit of ", limit);
     }
     if (cpu_budget_in_force != 0 && now > cpu_budget_in_force) {
       cpu_current.fetch_sub(bytes, std::memory_order_relaxed);
+      note_refusal(bytes);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory within koila's budget: tried to allocate ", bytes,
                        " bytes with ", now - bytes, " held and a budget of ", cpu_budget_in_force);
     }
@@ -219,6 +230,7 @@ RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(devic
   slot.generation.fetch_add(1);
   slot.live.store(0);
   slot.peak.store(0);
+  slot.refused.store(0);
   slot.parent = innermost_slot;
   innermost_slot = slot_;
 }
@@ -235,6 +247,8 @@ uint64_t RunMemory::current() const {
   const uint64_t now = memory_stats(device_).current;
   return now > start_ ? now - start_ : 0;
 }
+
+uint64_t RunMemory::refused() const { return slot_ >= 0 ? slots[slot_].refused.load() : 0; }
 
 uint64_t RunMemory::peak() const {
   if (slot_ >= 0) return slots[slot_].peak.load();

@@ -105,6 +105,11 @@ class RunMemory {
 
   uint64_t current() const;
   uint64_t peak() const;
+  // The most it held plus what it asked for when an allocation of its thread went over
+  // koila's budget: what it needed at least, however little other threads left it. 0 when
+  // none did, on other devices than the CPU (their allocators do not say), and when the
+  // device itself ran out (set_cpu_limit's limit, as a real device's).
+  uint64_t refused() const;
 
  private:
   c10::Device device_;

@@ -203,8 +203,13 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
       } catch (...) {
         const std::exception_ptr e = std::current_exception();
         if (!is_out_of_memory(e)) throw;
+        // What the chunk needed at least: when the CPU budget refused it, what the run held
+        // then plus the request (other threads may have taken the rest of the room, which
+        // says nothing of this graph); when a device ran out, more than the room it was
+        // given (the device had less than the budget: the next plans take less).
         const uint64_t room = plan.budget > plan.current + plan.others ? plan.budget - plan.current - plan.others : 0;
-        estimator.record_run(plan.chunk, std::max(room, usage.peak()) + 1);
+        const uint64_t refused = usage.refused();
+        estimator.record_run(plan.chunk, std::max(refused > 0 ? refused : room + 1, usage.peak() + 1));
         release_cached_memory(plan.device);
         if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) throw;
         plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);

@@ -1,6 +1,9 @@
 // Issue 12: estimates that never fall short, and one budget for many threads. Every
 // estimate here is checked against the peak koila's allocator measures for the real run.
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "helpers.h"
@@ -259,4 +262,62 @@ TEST(Estimates, ThreadsShareOneBudget) {
     }
     models[t]->zero_grad();
   }
+}
+
+// A run refused because another thread took the room meanwhile records what the run itself
+// held plus what it asked for, not "more than its whole room": after the other thread lets
+// go, a plan at the same budget picks the same chunk again. (It recorded the room plus one
+// byte, so the structure planned smaller chunks from then on.)
+TEST(Estimates, ARunRefusedForAnotherThreadsMemoryKeepsItsChunk) {
+  BudgetGuard restore;
+  const Model m(Kind::MLP, at::kCPU, 41);
+  Handle x = koila_models::lazy(m.input(1024), 0), y = koila_models::lazy(m.target(1024), 0);
+  Handle loss = m.loss(x.get(), y.get());
+  budget_for_chunk(loss.get(), koila::Mode::Training, 256);
+  const PlanInfo before = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  ASSERT_EQ(before.chunk, 256) << before.text;
+  uint64_t budget = 0;
+  ASSERT_OK(koila_memory_budget("cpu", &budget));
+
+  // After the first chunk, another thread takes everything left under the budget, and
+  // holds it until the call returns.
+  std::mutex mutex;
+  std::condition_variable changed;
+  enum { kIdle, kTake, kTaken, kRelease } state = kIdle;
+  std::thread other([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return state == kTake; });
+    const uint64_t now = current_cpu();
+    at::Tensor hog = at::empty({static_cast<int64_t>(budget > now ? budget - now : 0)}, at::kByte);
+    state = kTaken;
+    changed.notify_all();
+    changed.wait(lock, [&] { return state == kRelease; });
+  });
+  static std::function<void(int64_t)> on_chunk;
+  on_chunk = [&](int64_t done) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (done != 1 || state != kIdle) return;
+    state = kTake;
+    changed.notify_all();
+    changed.wait(lock, [&] { return state == kTaken; });
+  };
+  ASSERT_OK(koila_set_progress(
+      [](void*, const char* what, int64_t done, int64_t) {
+        if (std::string(what) == "backward") on_chunk(done);
+      },
+      nullptr));
+  koila_status* s = koila_backward(loss.get());
+  ASSERT_OK(koila_set_progress(nullptr, nullptr));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    state = kRelease;
+  }
+  changed.notify_all();
+  other.join();
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
+  koila_status_free(s);
+  m.zero_grad();
+
+  const PlanInfo after = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(after.chunk, 256) << after.text;
 }
