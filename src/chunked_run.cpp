@@ -430,7 +430,6 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   counts.observe(options, run);
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
-  bool leaves_known = false;
   std::vector<bool> reached(n, false);  // boundaries whose value some chunk backpropagated
   ChunkStats stats(stats_mode(a, run), a.nodes);
   for_each_chunk(a.batch, run, "backward", stats, [&](int64_t start, int64_t length) {
@@ -462,21 +461,18 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     bool first_reach = false;
     for (size_t k = 0; k < n; ++k)
       if (values[k].defined() && !reached[k]) reached[k] = first_reach = true;
-    if (first_reach && leaves.empty()) {
-      leaves = autograd_leaves(values);
-    } else if (first_reach) {  // added to those found before (a probe computes gradients for these alone)
+    if (first_reach) {  // added to those found before (a probe computes gradients for these alone)
       std::unordered_set<const c10::TensorImpl*> known;
       for (const at::Tensor& leaf : leaves) known.insert(leaf.unsafeGetTensorImpl());
       for (const at::Tensor& leaf : autograd_leaves(values))
         if (known.insert(leaf.unsafeGetTensorImpl()).second) leaves.push_back(leaf);
     }
-    leaves_known |= first_reach;
     timeline_phase(Phase::Backward);
     target.backward(values, grad_outputs, leaves, retain);
   });
   const LossReduction reduction = hands_over(run) ? loss_reduction(a, weights_total) : LossReduction{};
   if (!target.any_leaves()) {
-    if (leaves_known) no_leaves();
+    if (std::find(reached.begin(), reached.end(), true) != reached.end()) no_leaves();  // some chunk contributed
     // Every chunk averaged over nothing (e.g. all targets ignored): nothing to add.
     if (hands_over(run)) run.before_commit({}, {}, reduction);
     return;

@@ -15,6 +15,13 @@ using namespace koila_test;
 
 namespace {
 
+// Copies of the parameters' .grad (undefined where absent).
+std::vector<at::Tensor> grad_copies(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> g;
+  for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return g;
+}
+
 // The MNIST MLP, 784 -> 512 -> 10, over a lazy batch, with its eager twin.
 struct MnistMlp {
   std::vector<at::Tensor> params;
@@ -74,12 +81,7 @@ struct MnistMlp {
     for (const at::Tensor& p : params) b = std::max<uint64_t>(b, p.numel() * p.element_size());
     return b;
   }
-  // Copies of the .grad (undefined where absent).
-  std::vector<at::Tensor> grads() const {
-    std::vector<at::Tensor> g;
-    for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-    return g;
-  }
+  std::vector<at::Tensor> grads() const { return grad_copies(params); }
 };
 
 void expect_grads(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const std::string& what) {
@@ -338,11 +340,7 @@ struct TwoHeads {
     }
     return g;
   }
-  std::vector<at::Tensor> grads() const {
-    std::vector<at::Tensor> g;
-    for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-    return g;
-  }
+  std::vector<at::Tensor> grads() const { return grad_copies(params); }
 };
 
 }  // namespace
