@@ -91,7 +91,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
-    Tensors values = evaluate(a.boundaries, options);
+    Tensors values = evaluate(a.at_boundaries, options);
     for (size_t k = 0; k < n; ++k) {
       const Node& b = *a.boundaries[k];
       at::Tensor v = values[k];
@@ -307,7 +307,7 @@ void hand_over(const BeforeCommit& before_commit, const Tensors& leaves, Tensors
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   if (!a.splits(run.chunk)) {
     ChunkStats stats(stats_mode(a, run), a.nodes);
-    at::Tensor result = evaluate(root, options_for(run));
+    at::Tensor result = evaluate(a.whole, options_for(run))[0];
     stats.end_chunk();
     stats.prepare();
     stats.commit();
@@ -322,7 +322,7 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     for_each_chunk(a.batch, run, "forward", stats, [&](int64_t start, int64_t length) {
       options.chunk_start = start;
       options.chunk_length = length;
-      result.narrow(m.batch_dim, start, length).copy_(evaluate(root, options));
+      result.narrow(m.batch_dim, start, length).copy_(evaluate(a.whole, options)[0]);
     });
     stats.prepare();
     stats.commit();
@@ -348,7 +348,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     options.grad = true;
     ChunkCounts counts(a.boundaries);
     if (hands_over(run)) counts.observe(options, run);
-    at::Tensor value = evaluate(root, options);
+    at::Tensor value = evaluate(a.whole, options)[0];
     const Tensors leaves = autograd_leaves({value});
     if (leaves.empty()) no_leaves();
     timeline_phase(Phase::Backward);
@@ -436,7 +436,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
-    Tensors values = evaluate(a.boundaries, options);
+    Tensors values = evaluate(a.at_boundaries, options);
     Tensors grad_outputs(n);
     for (size_t k = 0; k < n; ++k) {
       const Node& b = *a.boundaries[k];

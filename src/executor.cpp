@@ -5,10 +5,10 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "error.h"
 #include "memory.h"
+#include "node_index.h"
 #include "types.h"
 #include "zeroed_grads.h"
 
@@ -17,19 +17,19 @@ namespace koila {
 std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
                                            const std::unordered_map<const Node*, at::Tensor>* given_values) {
   std::vector<const Node*> order;
-  std::unordered_set<const Node*> done;
+  NodeIndex done;
   for (const Node* root : roots) {
-    if (!root || done.count(root)) continue;
+    if (!root || done.contains(root)) continue;
     std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       const bool given = given_values && given_values->count(node);
       if (!given && next < node->inputs.size()) {
         const Node* in = node->inputs[next++].get();
-        if (in && !done.count(in)) stack.emplace_back(in, 0);
+        if (in && !done.contains(in)) stack.emplace_back(in, 0);
         continue;
       }
-      if (done.insert(node).second) order.push_back(node);
+      if (done.insert(node, static_cast<uint32_t>(order.size()))) order.push_back(node);
       stack.pop_back();
     }
   }
@@ -91,19 +91,54 @@ void release_failed_backward() noexcept {
 
 }  // namespace
 
+Schedule make_schedule(std::vector<const Node*> order, const std::vector<const Node*>& roots,
+                       const std::unordered_map<const Node*, at::Tensor>* given) {
+  Schedule s;
+  s.order = std::move(order);
+  s.with_given = given != nullptr;
+  NodeIndex position(s.order.size());
+  for (size_t i = 0; i < s.order.size(); ++i) position.insert(s.order[i], static_cast<uint32_t>(i));
+  auto at = [&position](const Node* node) {
+    const uint32_t p = position.find(node);
+    if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "a schedule's order lacks a node it needs");
+    return static_cast<size_t>(p);
+  };
+  s.uses.assign(s.order.size(), 0);
+  s.input_start.reserve(s.order.size() + 1);
+  for (const Node* node : s.order) {
+    s.input_start.push_back(s.inputs.size());
+    if (given && given->count(node)) continue;  // its value is given: its inputs are not visited
+    for (const NodePtr& in : node->inputs) {
+      if (!in) {
+        s.inputs.push_back(-1);
+        continue;
+      }
+      const size_t p = at(in.get());
+      s.inputs.push_back(static_cast<int64_t>(p));
+      ++s.uses[p];
+    }
+  }
+  s.input_start.push_back(s.inputs.size());
+  for (const Node* root : roots) {
+    const size_t p = at(root);
+    s.roots.push_back(p);
+    ++s.uses[p];  // roots are kept
+  }
+  return s;
+}
+
 Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options) {
+  return evaluate(make_schedule(topological_order(roots, options.given), roots, options.given), options);
+}
+
+Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
+  if (options.given && !schedule.with_given)
+    fail(KOILA_ERROR_INTERNAL, "an evaluation with given values used a schedule made without them");
   if (options.grad) (void)release_graph();  // older than every node this evaluation records
   c10::AutoGradMode grad_mode(options.grad);
-  const std::vector<const Node*> order = topological_order(roots, options.given);
-  std::unordered_map<const Node*, size_t> position;
-  std::vector<size_t> uses(order.size(), 0);
-  for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
+  const std::vector<const Node*>& order = schedule.order;
+  std::vector<uint32_t> uses = schedule.uses;
   auto is_given = [&](const Node* node) { return options.given && options.given->count(node); };
-  for (const Node* node : order)
-    if (!is_given(node))
-      for (const NodePtr& in : node->inputs)
-        if (in) ++uses[position.at(in.get())];
-  for (const Node* root : roots) ++uses[position.at(root)];  // roots are kept
 
   std::vector<at::Tensor> values(order.size());
   Tensors args;
@@ -121,8 +156,12 @@ Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& optio
         values[i] = values[i].narrow(node.meta.batch_dim, options.chunk_start, options.chunk_length);
       continue;
     }
+    const size_t first = schedule.input_start[i], end = schedule.input_start[i + 1];
     args.clear();
-    for (const NodePtr& in : node.inputs) args.push_back(in ? values[position.at(in.get())] : at::Tensor());
+    for (size_t k = first; k < end; ++k) {
+      const int64_t p = schedule.inputs[k];
+      args.push_back(p >= 0 ? values[static_cast<size_t>(p)] : at::Tensor());
+    }
     try {
       values[i] = node.run(args, node);
     } catch (const c10::Error&) {
@@ -135,19 +174,19 @@ Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& optio
     if (!has_expected_shape(values[i].sizes(), node.meta, options))
       fail(KOILA_ERROR_INTERNAL, node.op + " produced " + shape_string(values[i].sizes()) + " where " +
                                      shape_string(expected_shape(node.meta, options)) + " was inferred");
-    for (const NodePtr& in : node.inputs) {
-      if (!in) continue;
-      const size_t p = position.at(in.get());
-      if (--uses[p] == 0) {
-        if (order[p]->kind == NodeKind::Op && !is_given(order[p])) --live;
-        values[p] = at::Tensor();
+    for (size_t k = first; k < end; ++k) {
+      const int64_t p = schedule.inputs[k];
+      if (p < 0) continue;
+      if (--uses[static_cast<size_t>(p)] == 0) {
+        if (order[static_cast<size_t>(p)]->kind == NodeKind::Op && !is_given(order[static_cast<size_t>(p)])) --live;
+        values[static_cast<size_t>(p)] = at::Tensor();
       }
     }
   }
   if (options.stats) *options.stats = stats;
   Tensors results;
-  results.reserve(roots.size());
-  for (const Node* root : roots) results.push_back(values[position.at(root)]);
+  results.reserve(schedule.roots.size());
+  for (size_t p : schedule.roots) results.push_back(values[p]);
   return results;
 }
 
@@ -163,11 +202,11 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
 
 Tensors autograd_leaves(const Tensors& outputs) {
   Tensors leaves;
-  std::unordered_set<const void*> seen_leaves;
-  std::unordered_set<const torch::autograd::Node*> seen;
+  PointerIndex<c10::TensorImpl> seen_leaves;
+  PointerIndex<torch::autograd::Node> seen(1024);
   std::vector<torch::autograd::Node*> stack;  // the outputs keep their graph alive
   auto add_leaf = [&](const at::Tensor& t) {
-    if (seen_leaves.insert(t.unsafeGetTensorImpl()).second) leaves.push_back(t);
+    if (seen_leaves.insert(t.unsafeGetTensorImpl(), 0)) leaves.push_back(t);
   };
   for (const at::Tensor& value : outputs) {
     if (!value.defined() || !value.requires_grad()) continue;
@@ -179,7 +218,7 @@ Tensors autograd_leaves(const Tensors& outputs) {
   while (!stack.empty()) {
     torch::autograd::Node* fn = stack.back();
     stack.pop_back();
-    if (!fn || !seen.insert(fn).second) continue;
+    if (!fn || !seen.insert(fn, 0)) continue;
     if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn)) {
       add_leaf(acc->variable);
       continue;

@@ -36,9 +36,27 @@ struct EvalOptions {
 std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
                                            const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
 
+// How to evaluate a set of roots, worked out once (a graph run in chunks, or every step,
+// evaluates the same roots again): the nodes in topological order, where each op's inputs
+// sit in it, and how many users each value has (a root counts one more, it is kept).
+struct Schedule {
+  std::vector<const Node*> order;
+  std::vector<size_t> input_start;  // order.size() + 1 offsets into `inputs`
+  std::vector<int64_t> inputs;      // positions in `order`; -1: an absent optional input
+  std::vector<uint32_t> uses;
+  std::vector<size_t> roots;        // positions in `order`
+  bool with_given = false;          // made for EvalOptions::given (those nodes' inputs left out)
+};
+// `order` must be topological_order(roots, given).
+Schedule make_schedule(std::vector<const Node*> order, const std::vector<const Node*>& roots,
+                       const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
+
 // Evaluates `roots` against the current values of their inputs. Each intermediate is released
 // as soon as its last user has run; the roots are kept.
 Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options);
+// The same with a schedule made before; `options.given` only if the schedule was made with
+// the same `given`.
+Tensors evaluate(const Schedule& schedule, const EvalOptions& options);
 Tensors evaluate(const std::vector<NodePtr>& roots, const EvalOptions& options);
 at::Tensor evaluate(const NodePtr& root, const EvalOptions& options = {});
 

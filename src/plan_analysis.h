@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "executor.h"
 #include "graph.h"
 #include "koila.h"
 
@@ -25,6 +26,8 @@ struct Analysis {
   bool root_batched = false;            // the result carries the batch: chunks are concatenated
   std::vector<const Node*> boundaries;  // reductions over the batch the (unbatched) root depends on
   bool root_is_boundary = false;
+  // How to evaluate the root, and the boundaries (made once, run every step and chunk).
+  Schedule whole, at_boundaries;
 
   // Whether running with chunks of `chunk` samples splits the batch.
   bool splits(int64_t chunk) const { return batch >= 0 && chunk >= 0 && chunk < batch; }

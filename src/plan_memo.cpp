@@ -5,63 +5,68 @@
 #include <unordered_map>
 
 #include "executor.h"
+#include "node_index.h"
 
 namespace koila {
+
+void StructureKey::add(const std::string& s) {
+  add(s.size());
+  add(static_cast<uint64_t>(std::hash<std::string>{}(s)));
+}
+
 namespace {
 
-// Two independent 64-bit hashes of the structure: a collision of both is not a practical
-// concern, and the text itself (tens of bytes a node) is not kept. Strings (ops, signatures)
-// enter as their length and std::hash, so two strings of one length that std::hash maps to
-// one value would look alike to both: a chance of 2^-64 a pair.
-struct Key {
-  uint64_t a = 1469598103934665603ull, b = 0x9e3779b97f4a7c15ull;
-  void add(uint64_t v) {
-    a = (a ^ v) * 1099511628211ull;
-    b ^= v + 0x9e3779b97f4a7c15ull + (b << 6) + (b >> 2);
-  }
-  void add(const std::string& s) {
-    add(s.size());
-    add(static_cast<uint64_t>(std::hash<std::string>{}(s)));
-  }
-  bool operator==(const Key& o) const { return a == o.a && b == o.b; }
-};
+using Key = StructureKey;
 
 struct KeyHash {
   size_t operator()(const Key& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
 };
 
-// The structure's key, and `without_grads`: the same without how the .grad stand.
-Key structure_key(const Analysis& a, Mode mode, Key* without_grads) {
-  Key key;
-  Key& bare = *without_grads;
-  auto add = [&](const auto& v) {
-    key.add(v);
-    bare.add(v);
-  };
-  add(mode == Mode::Training ? 1 : 2);
-  std::unordered_map<const Node*, uint64_t> position;
-  position.reserve(a.nodes.size());
+// What building fixed of the structure (see PlanCache::fixed), and its concrete nodes.
+void fixed_part(const Analysis& a, Mode mode, Key* key, std::vector<const Node*>* concrete) {
+  key->add(mode == Mode::Training ? 1 : 2);
+  NodeIndex position(a.nodes.size());
   for (const Node* node : a.nodes) {
-    position.emplace(node, position.size());
-    add(static_cast<uint64_t>(node->kind));
-    add(node->op);
-    add(node->signature);
-    add(node->couples);
-    add(static_cast<uint64_t>(node->reduction));
+    position.insert(node, static_cast<uint32_t>(position.size()));
+    key->add(static_cast<uint64_t>(node->kind));
+    key->add(node->op);
+    key->add(node->signature);
+    key->add(node->couples);
+    key->add(static_cast<uint64_t>(node->reduction));
     const Meta& m = node->meta;
-    add(m.shape.size());
-    for (int64_t d : m.shape) add(static_cast<uint64_t>(d));
-    add(static_cast<uint64_t>(m.dtype));
-    add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
-    add(static_cast<uint64_t>(m.batch_dim + 1));
-    if (node->kind != NodeKind::Op) {
-      add(node->value.requires_grad() ? 3 : 4);
-      add(node->value.is_contiguous() ? 5 : 6);
-      // How its .grad stands: a backward adds into it, or sets it, or snapshots it.
-      if (mode == Mode::Training) key.add(7 + static_cast<uint64_t>(grad_start(node->value)));
-    }
-    add(node->inputs.size());
-    for (const NodePtr& in : node->inputs) add(in ? position.at(in.get()) + 1 : 0);
+    key->add(m.shape.size());
+    for (int64_t d : m.shape) key->add(static_cast<uint64_t>(d));
+    key->add(static_cast<uint64_t>(m.dtype));
+    key->add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
+    key->add(static_cast<uint64_t>(m.batch_dim + 1));
+    key->add(node->inputs.size());
+    for (const NodePtr& in : node->inputs) key->add(in ? uint64_t{position.find(in.get())} + 1 : 0);
+    if (node->kind != NodeKind::Op) concrete->push_back(node);
+  }
+}
+
+// The structure's key, and `without_grads`: the same without how the .grad stand.
+Key structure_key(const NodePtr& root, const Analysis& a, Mode mode, Key* without_grads) {
+  const int m = mode == Mode::Training ? 1 : 0;
+  Key fixed;
+  std::vector<const Node*> own;
+  const std::vector<const Node*>* concrete = &own;
+  if (PlanCache* cache = root->plan_cache.get()) {
+    std::call_once(cache->fixed_once[m], [&] { fixed_part(a, mode, &cache->fixed[m], &cache->concrete[m]); });
+    fixed = cache->fixed[m];
+    concrete = &cache->concrete[m];
+  } else {
+    fixed_part(a, mode, &fixed, &own);
+  }
+  Key key = fixed;
+  Key& bare = *without_grads;
+  bare = fixed;
+  for (const Node* node : *concrete) {
+    const uint64_t flags = (node->value.requires_grad() ? 3 : 4) * 2 + (node->value.is_contiguous() ? 5 : 6);
+    key.add(flags);
+    bare.add(flags);
+    // How its .grad stands: a backward adds into it, or sets it, or snapshots it.
+    if (mode == Mode::Training) key.add(7 + static_cast<uint64_t>(grad_start(node->value)));
   }
   return key;
 }
@@ -85,9 +90,9 @@ std::shared_ptr<Calibration> calibration_for(const Key& without_grads) {
 
 }  // namespace
 
-std::shared_ptr<GraphRecord> graph_record(const NodePtr&, const Analysis& a, Mode mode) {
+std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, Mode mode) {
   Key without_grads;
-  const Key key = structure_key(a, mode, &without_grads);
+  const Key key = structure_key(root, a, mode, &without_grads);
   std::lock_guard<std::mutex> lock(records_mutex);
   auto found = by_key.find(key);
   if (found != by_key.end()) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "fastest.h"
 #include "graph.h"
@@ -20,8 +21,29 @@
 
 namespace koila {
 
+// Two independent 64-bit hashes of a structure: a collision of both is not a practical
+// concern, and the text itself (tens of bytes a node) is not kept. Strings (ops, signatures)
+// enter as their length and std::hash, so two strings of one length that std::hash maps to
+// one value would look alike to both: a chance of 2^-64 a pair.
+struct StructureKey {
+  uint64_t a = 1469598103934665603ull, b = 0x9e3779b97f4a7c15ull;
+  void add(uint64_t v) {
+    a = (a ^ v) * 1099511628211ull;
+    b ^= v + 0x9e3779b97f4a7c15ull + (b << 6) + (b >> 2);
+  }
+  void add(const std::string& s);
+  bool operator==(const StructureKey& o) const { return a == o.a && b == o.b; }
+};
+
 struct PlanCache {
   std::unique_ptr<Analysis> analysis[2];
+  // Per mode, the part of the structure's key that building fixed (ops, shapes, dtypes,
+  // devices, batch dims, which node feeds which), hashed at the graph's first plan; what
+  // may change between plans (gradient flags, contiguity, how the .grad stand) is added at
+  // each plan, from the concrete nodes listed here.
+  std::once_flag fixed_once[2];
+  StructureKey fixed[2];
+  std::vector<const Node*> concrete[2];
 };
 
 // What the calibration probes of a structure found. Backend temporaries do not depend on

@@ -7,6 +7,9 @@
 #include "helpers.h"
 #include "memory.h"
 #include "models.h"
+#include "node_index.h"
+#include "plan_analysis.h"
+#include "plan_memo.h"
 #include "planner.h"
 
 using namespace koila_test;
@@ -489,6 +492,57 @@ TEST_F(OutOfMemory, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
   uint64_t grad_bytes = 0;  // the gradients the backward created (zero_grad dropped them)
   for (const at::Tensor& p : m.params()) grad_bytes += p.numel() * p.element_size();
   EXPECT_EQ(current_cpu(), before + grad_bytes) << "the refused attempts left memory held";
+}
+
+TEST(Graph, PointerIndexKeepsWhatItStoredAsItGrows) {
+  // The walks over whole graphs (orders, schedules, structure keys, autograd leaves) index
+  // nodes with it: every stored node is found with its number through many regrowths, a
+  // second insert keeps the first number, and what was never stored is absent.
+  std::vector<std::unique_ptr<int>> objects;
+  for (int i = 0; i < 5000; ++i) objects.push_back(std::make_unique<int>(i));
+  koila::PointerIndex<int> index(4);
+  for (uint32_t i = 0; i < objects.size(); ++i) ASSERT_TRUE(index.insert(objects[i].get(), i));
+  EXPECT_EQ(index.size(), objects.size());
+  for (uint32_t i = 0; i < objects.size(); ++i) {
+    EXPECT_EQ(index.find(objects[i].get()), i);
+    EXPECT_FALSE(index.insert(objects[i].get(), i + 1));
+    EXPECT_EQ(index.find(objects[i].get()), i);
+  }
+  const int other = 0;
+  EXPECT_FALSE(index.contains(&other));
+  EXPECT_EQ(index.find(&other), koila::PointerIndex<int>::kAbsent);
+  EXPECT_EQ(index.size(), objects.size());
+}
+
+TEST(Plan, TheStructureKeyFollowsWhatChangesAfterBuilding) {
+  // What building fixed is hashed once per graph; gradient flags and how the .grad stand
+  // are read at every plan: a graph planned again after they change gets the record of its
+  // new state, and the old one when they change back.
+  const Model m(Kind::MLP);
+  Handle x = koila_models::lazy(m.input(8), 0), y = koila_models::lazy(m.target(8), 0);
+  Handle loss = m.loss(x.get(), y.get());
+  const koila::NodePtr& root = loss->node;
+  const koila::Analysis& a = koila::analysis_of(root, koila::Mode::Training);
+  m.zero_grad();
+  const at::Tensor& p = m.params()[0];
+  p.mutable_grad() = at::Tensor();
+  const auto absent = koila::graph_record(root, a, koila::Mode::Training);
+  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  p.mutable_grad() = at::ones_like(p);
+  const auto held = koila::graph_record(root, a, koila::Mode::Training);
+  EXPECT_NE(held, absent);
+  p.mutable_grad() = at::Tensor();
+  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  p.requires_grad_(false);
+  const auto frozen = koila::graph_record(root, a, koila::Mode::Training);
+  p.requires_grad_(true);
+  EXPECT_NE(frozen, absent);
+  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  // The same structure built again finds the same record.
+  Handle again = m.loss(x.get(), y.get());
+  EXPECT_EQ(koila::graph_record(again->node, koila::analysis_of(again->node, koila::Mode::Training),
+                                koila::Mode::Training),
+            absent);
 }
 
 TEST(Plan, FreeingTheGraphFreesItsTensors) {
