@@ -112,6 +112,12 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chu
 uint64_t probe(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk, int64_t max_chunks,
                uint64_t room) {
   const c10::Device device = canonical_device(root->meta.device);
+  probe_count.fetch_add(1);
+  // Everything the probe allocates stays within the budget and the room, its copies of
+  // state and of the random generator's (5 KiB on the CPU) included; only what the run
+  // itself takes is the probe's peak.
+  const uint64_t current = memory_stats(device).current;
+  BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
   std::unordered_map<const Node*, at::Tensor> copies;
   for (const Node* node : a.nodes) {
     if (node->kind != NodeKind::Op || !node->mutates_state) continue;
@@ -129,13 +135,8 @@ uint64_t probe(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk,
     auto found = copies.find(&node);
     return found != copies.end() ? found->second : node.value;
   };
-  probe_count.fetch_add(1);
   RunMemory usage(device);
-  {
-    const uint64_t current = memory_stats(device).current;
-    BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
-    run_mode(root, a, mode, run);
-  }
+  run_mode(root, a, mode, run);
   return usage.peak();
 }
 
@@ -218,7 +219,7 @@ void Estimator::calibrate(Calibration& c) {
     }
   }
   if (c.probes.empty()) return;
-  int64_t base = 0;
+  int64_t base = static_cast<int64_t>(kKernelScalars);
   for (const auto& [samples, d] : c.probes) base = std::max(base, d);
   c.bytes = static_cast<uint64_t>(base);
   if (c.probes.size() >= 2) {

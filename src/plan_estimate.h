@@ -7,8 +7,8 @@
 //     dropped, random state restored, state such as running statistics on copies) took
 //     beyond the simulation of the same chunks: workspaces, reordered weights and im2col
 //     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. The most
-//     the probes showed is added to every figure, and for chunks beyond the probes' also
-//     the growth from 2 to 4 samples, a sample.
+//     the probes showed, and never less than kKernelScalars, is added to every figure, and
+//     for chunks beyond the probes' also the growth from 2 to 4 samples, a sample.
 //   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
 //     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
 //     the largest two, raised until no probe exceeds it.
@@ -36,6 +36,13 @@ namespace koila {
 // Fraction of an estimate kept free on top of it, for what neither the simulation nor the
 // calibration probe shows (allocator rounding, a kernel choosing another algorithm).
 constexpr double kMargin = 0.10;
+
+// The least a calibration adds: real kernels wrap scalars into small tensors that meta
+// kernels do not allocate (LibTorch's CPU mean divides its sum by the count through an
+// 8-byte one), and a probe whose peak falls elsewhere does not show them where a smaller
+// chunk's run peaks. Found by the differential graph fuzzer: graphs of a few bytes a
+// sample whose chunks of one needed 8 to 40 bytes more than simulated, beyond the 10%.
+constexpr uint64_t kKernelScalars = 64;
 
 class Estimator {
  public:

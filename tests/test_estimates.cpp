@@ -321,3 +321,61 @@ TEST(Estimates, ARunRefusedForAnotherThreadsMemoryKeepsItsChunk) {
   const PlanInfo after = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_EQ(after.chunk, 256) << after.text;
 }
+
+// A calibration probe under a tight budget: what it allocates besides its run (its copy of
+// the random generator's state, 5 KiB on the CPU; its copies of running statistics) counts
+// against the budget too. (The copy was made outside the probe's limit: a first plan with
+// less than 5 KiB of room went over the budget.) The probe then fails for want of room and
+// the next plan tries again.
+TEST(Estimates, ACalibrationProbeStaysWithinTheBudget) {
+  BudgetGuard restore;
+  const at::Tensor xs = at::randn({24, 13}, at::kDouble);  // a structure no other test plans
+  Handle x = koila_models::lazy(xs, 0);
+  Handle h = CALL(koila_tanh, x.get());
+  Handle total = CALL(koila_sum, h.get(), nullptr, 0, 0);
+  const uint64_t probes = koila::testing::probes_run();
+  const uint64_t budget = current_cpu() + 4096;  // room for the run (2.5 KiB), not for the copy
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  const PlanInfo p = plan_of(total.get(), KOILA_MODE_FORWARD);
+  EXPECT_LE(peak_cpu(), budget) << p.text;
+  EXPECT_EQ(koila::testing::probes_run() - probes, 1u);
+  EXPECT_NE(p.text.find("not calibrated (the probe failed: "), std::string::npos) << p.text;
+  EXPECT_NE(p.text.find("out of memory"), std::string::npos) << p.text;
+  // With room for it, the next plan calibrates.
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  const Measured m = plan_and_run(total.get(), KOILA_MODE_FORWARD);
+  EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
+  EXPECT_EQ(koila::testing::probes_run() - probes, 3u);
+  EXPECT_TRUE(at::allclose(to_aten(total.get()), xs.tanh().sum()));
+}
+
+// Real kernels wrap scalars into small tensors that meta kernels do not allocate (the CPU
+// mean divides by its count through an 8-byte one, chunks are weighted by a scalar). Found
+// by the differential graph fuzzer (seed 11, graph 71, this graph): evaluated in chunks of
+// one under the least budget planned to fit them, the run was refused, 24 bytes needed
+// against 16 estimated. The calibration adds at least kKernelScalars.
+TEST(Estimates, KernelScalarsAreCountedForChunksOfOne) {
+  BudgetGuard restore;
+  const at::Tensor xs = at::randn({4, 1, 1}), w = at::randn({1, 1});
+  Handle x = koila_models::lazy(xs, 0), weight = koila_models::share(w);
+  const std::vector<int64_t> shape{1, 1}, order{1, 2, 0}, dims{1, 2};
+  Handle n = CALL(koila_layer_norm, x.get(), shape.data(), shape.size(), weight.get(), nullptr, 0.1);
+  Handle d = CALL(koila_dropout, n.get(), 0.3, 0);
+  Handle p = CALL(koila_permute, d.get(), order.data(), order.size());
+  Handle m = CALL(koila_mean, p.get(), dims.data(), dims.size(), 0);
+  Handle t = CALL(koila_tanh, m.get());
+  Handle total = CALL(koila_sum, t.get(), nullptr, 0, 0);
+  plan_of(total.get(), KOILA_MODE_FORWARD);  // calibrated with room
+  const uint64_t before = current_cpu();
+  const uint64_t extra = koila::estimate_extra(total->node, koila::Mode::Forward, 1);
+  const uint64_t budget = before + static_cast<uint64_t>(std::ceil(static_cast<double>(extra) * (1 + koila::kMargin)));
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  ASSERT_EQ(plan_of(total.get(), KOILA_MODE_FORWARD).chunk, 1);
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  double value = 0;
+  ASSERT_OK(koila_tensor_item(total.get(), &value));
+  EXPECT_LE(peak_cpu(), budget);
+  const at::Tensor normed = at::layer_norm(xs, {1, 1}, w, {}, 0.1);
+  EXPECT_NEAR(value, normed.permute({1, 2, 0}).mean({1, 2}).tanh().sum().item<double>(), 1e-5);
+}
