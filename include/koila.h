@@ -196,7 +196,8 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* Where estimates come from (the plan's description names it): the run's own chunk       */
 /* strategy simulated on meta tensors, nothing computed; calibrated by real probes of     */
 /* the first chunk of 2 and 4 samples (1 or 2 for batches under 8), which catch what      */
-/* backends allocate beyond the simulation (oneDNN, cuDNN, cuBLAS workspaces). When the   */
+/* backends allocate beyond the simulation (oneDNN, cuDNN, cuBLAS workspaces; at least    */
+/* 64 bytes, for the scalars real kernels wrap into tensors). When the                    */
 /* simulation fails (an op without a meta kernel) the figures are measured instead:       */
 /* real probes of 1, 2, 4, ... samples up to a quarter of the batch, and a line none of   */
 /* them exceeds. Probes drop their gradients (.grad never changes), run on copies of      */

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 428a0a9b63d7b2c9af005349be8b7a8f9d43d41aaca3dbcc6951005642be7d2d
+# Header sha256: 639feb2183ff7d2305e28df7d5367e2c93b8f1e13b09f17002b751218d94ad39
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
