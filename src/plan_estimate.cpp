@@ -264,6 +264,24 @@ void Estimator::fit() {
   r.intercept = intercept;
 }
 
+// Under the record's lock and the calibration's.
+uint64_t Estimator::calibrate_below(Calibration& c, int64_t samples) {
+  auto found = c.below.find(samples);
+  if (found == c.below.end()) {
+    uint64_t sim = 0;
+    if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return 0;
+    if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return 0;  // no room: later
+    try {
+      const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
+      found = c.below.emplace(samples, static_cast<int64_t>(real) - static_cast<int64_t>(sim)).first;
+    } catch (...) {
+      if (is_out_of_memory(std::current_exception())) return 0;  // no room now: in a later plan
+      found = c.below.emplace(samples, 0).first;  // the real run will fail the same way
+    }
+  }
+  return static_cast<uint64_t>(std::max<int64_t>(found->second, 0));
+}
+
 uint64_t Estimator::extra(int64_t chunk) {
   chunk = normalized(chunk);
   const int64_t samples = chunk < 0 ? a_.batch : chunk;
@@ -274,11 +292,13 @@ uint64_t Estimator::extra(int64_t chunk) {
     Calibration& c = *r.calibration;
     std::lock_guard<std::mutex> calibration_lock(c.mutex);
     if (!c.done) calibrate(c);
-    bytes += c.bytes;
+    uint64_t added = c.bytes;
     if (!c.probes.empty()) {
-      const int64_t largest = std::prev(c.probes.end())->first;
-      if (samples > largest) bytes += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
+      const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
+      if (samples < smallest) added = std::max(added, calibrate_below(c, samples));
+      if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
     }
+    bytes += added;
   } else {
     if (!r.probed) fit();
     if (!r.probes.empty())
@@ -316,7 +336,10 @@ std::string Estimator::source() {
       for (const auto& [samples, d] : c.probes) os << " " << samples;
       os << " samples (+" << human_bytes(c.bytes);
       if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
-      os << " beyond the simulation)";
+      os << " beyond the simulation";
+      for (const auto& [samples, d] : c.below)
+        os << "; chunks of " << samples << ": probed alone, +" << human_bytes(static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+      os << ")";
     }
     else if (!c.failure.empty())
       os << ", not calibrated (the probe failed: " << c.failure << ")";

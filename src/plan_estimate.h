@@ -8,7 +8,10 @@
 //     beyond the simulation of the same chunks: workspaces, reordered weights and im2col
 //     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. The most
 //     the probes showed, and never less than kKernelScalars, is added to every figure, and
-//     for chunks beyond the probes' also the growth from 2 to 4 samples, a sample.
+//     for chunks beyond the probes' also the growth from 2 to 4 samples, a sample. A chunk
+//     smaller than the probes (1 sample) gets a probe of its own when a plan first needs
+//     it; that probe holds its gradients at once, so it may overstate what a run of that
+//     chunk takes (it errs high).
 //   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
 //     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
 //     the largest two, raised until no probe exceeds it.
@@ -70,6 +73,9 @@ class Estimator {
   // rather than of a run, so that calibration compares like with like.
   bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
   void calibrate(Calibration& c);
+  // What a chunk smaller than every calibration probe takes beyond its simulation (probed
+  // once, when a plan first needs it).
+  uint64_t calibrate_below(Calibration& c, int64_t samples);
   void fit();
 
   const NodePtr& root_;

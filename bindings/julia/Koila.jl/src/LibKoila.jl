@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 639feb2183ff7d2305e28df7d5367e2c93b8f1e13b09f17002b751218d94ad39
+# Header sha256: 25f0b52e9b1f8ba4832be5aec08ba5324d4f14c15daf97142b9f391ad58d284b
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
