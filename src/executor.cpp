@@ -14,10 +14,13 @@
 
 namespace koila {
 
-std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
-                                           const std::unordered_map<const Node*, at::Tensor>* given_values) {
+namespace {
+
+// The nodes `roots` depend on, each after its inputs; `done` ends up holding each one's
+// position in the order.
+std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
+                                  const std::unordered_map<const Node*, at::Tensor>* given_values, NodeIndex& done) {
   std::vector<const Node*> order;
-  NodeIndex done;
   for (const Node* root : roots) {
     if (!root || done.contains(root)) continue;
     std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
@@ -34,6 +37,14 @@ std::vector<const Node*> topological_order(const std::vector<const Node*>& roots
     }
   }
   return order;
+}
+
+}  // namespace
+
+std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
+                                           const std::unordered_map<const Node*, at::Tensor>* given_values) {
+  NodeIndex done;
+  return order_of(roots, given_values, done);
 }
 
 namespace {
@@ -91,16 +102,15 @@ void release_failed_backward() noexcept {
 
 }  // namespace
 
-Schedule make_schedule(std::vector<const Node*> order, const std::vector<const Node*>& roots,
+Schedule make_schedule(const std::vector<const Node*>& roots,
                        const std::unordered_map<const Node*, at::Tensor>* given) {
   Schedule s;
-  s.order = std::move(order);
+  NodeIndex position;
+  s.order = order_of(roots, given, position);
   s.with_given = given != nullptr;
-  NodeIndex position(s.order.size());
-  for (size_t i = 0; i < s.order.size(); ++i) position.insert(s.order[i], static_cast<uint32_t>(i));
   auto at = [&position](const Node* node) {
-    const uint32_t p = position.find(node);
-    if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "a schedule's order lacks a node it needs");
+    const uint32_t p = node ? position.find(node) : NodeIndex::kAbsent;
+    if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "an evaluation of a null node");
     return static_cast<size_t>(p);
   };
   s.uses.assign(s.order.size(), 0);
@@ -128,7 +138,7 @@ Schedule make_schedule(std::vector<const Node*> order, const std::vector<const N
 }
 
 Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options) {
-  return evaluate(make_schedule(topological_order(roots, options.given), roots, options.given), options);
+  return evaluate(make_schedule(roots, options.given), options);
 }
 
 Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {

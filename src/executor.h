@@ -47,8 +47,9 @@ struct Schedule {
   std::vector<size_t> roots;        // positions in `order`
   bool with_given = false;          // made for EvalOptions::given (those nodes' inputs left out)
 };
-// `order` must be topological_order(roots, given).
-Schedule make_schedule(std::vector<const Node*> order, const std::vector<const Node*>& roots,
+// Nodes in `given` count as leaves (see EvalOptions::given); the schedule serves only
+// evaluations with those given values.
+Schedule make_schedule(const std::vector<const Node*>& roots,
                        const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
 
 // Evaluates `roots` against the current values of their inputs. Each intermediate is released

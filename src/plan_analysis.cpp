@@ -21,7 +21,8 @@ const char* reduction_name(BatchReduction r) {
 
 std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
   auto a = std::make_unique<Analysis>();
-  a->nodes = topological_order({root.get()});
+  a->whole = make_schedule({root.get()});
+  a->nodes = a->whole.order;
   for (const Node* node : a->nodes) {
     if (node->kind == NodeKind::Input && node->meta.batch_dim >= 0) {
       const int64_t size = node->meta.batch_size();
@@ -45,7 +46,6 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
                      " over the batch, whose gradient cannot be split into chunks";
     }
   }
-  a->whole = make_schedule(a->nodes, {root.get()});
   if (a->batch < 0) {
     a->boundaries.clear();
     a->coupled.clear();
@@ -58,7 +58,7 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
   if (a->root_is_boundary)
     a->at_boundaries = a->whole;
   else if (!a->boundaries.empty())
-    a->at_boundaries = make_schedule(topological_order(a->boundaries), a->boundaries);
+    a->at_boundaries = make_schedule(a->boundaries);
   if (!a->root_batched && a->boundaries.empty() && a->coupled.empty())
     a->coupled = root->op + " gives a result that neither carries the batch nor reduces over it";
   return a;

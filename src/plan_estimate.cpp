@@ -186,6 +186,23 @@ bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bo
   return true;
 }
 
+// Under the record's lock: a real probe of the first chunk of `samples` against the
+// simulation of the same probe; `difference` is what the probe took beyond it (or less).
+Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* difference, std::string* why) {
+  uint64_t sim = 0;
+  if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return Probed::NoSimulation;
+  if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
+  try {
+    const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
+    *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
+    return Probed::Measured;
+  } catch (...) {
+    const std::exception_ptr e = std::current_exception();
+    *why = reason(e);
+    return is_out_of_memory(e) ? Probed::OutOfMemory : Probed::Failed;
+  }
+}
+
 // Under the record's lock and the calibration's: real probes of the first chunk of 2 and 4
 // samples (2 alone for batches under 8, 1 for a batch of 2), each against the simulation
 // of the same probe (a probe holds gradients differently from a run: all of them at once
@@ -199,24 +216,24 @@ void Estimator::calibrate(Calibration& c) {
   else if (a_.splits(2)) sizes = {2};
   else if (a_.splits(1)) sizes = {1};
   for (int64_t samples : sizes) {
-    uint64_t sim = 0;
-    if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return;
-    if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) break;  // no room: later
+    int64_t difference = 0;
+    std::string why;
+    const Probed probed = probe_against_simulation(samples, &difference, &why);
+    if (probed == Probed::NoSimulation) return;
+    if (probed == Probed::NoRoom) break;  // later
     c.done = true;
-    try {
-      const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
-      c.probes[samples] = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
+    if (probed == Probed::Measured) {
+      c.probes[samples] = difference;
       c.failure.clear();
-    } catch (...) {
-      const std::exception_ptr e = std::current_exception();
-      c.failure = reason(e);
-      if (is_out_of_memory(e)) {  // no room now (other runs, a smaller budget): again in a later plan
-        c.done = false;
-        c.probes.clear();
-        return;
-      }
-      break;
+      continue;
     }
+    c.failure = why;
+    if (probed == Probed::OutOfMemory) {  // no room now (other runs, a smaller budget): again in a later plan
+      c.done = false;
+      c.probes.clear();
+      return;
+    }
+    break;
   }
   if (c.probes.empty()) return;
   int64_t base = static_cast<int64_t>(kKernelScalars);
@@ -268,16 +285,15 @@ void Estimator::fit() {
 uint64_t Estimator::calibrate_below(Calibration& c, int64_t samples) {
   auto found = c.below.find(samples);
   if (found == c.below.end()) {
-    uint64_t sim = 0;
-    if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return 0;
-    if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return 0;  // no room: later
-    try {
-      const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
-      found = c.below.emplace(samples, static_cast<int64_t>(real) - static_cast<int64_t>(sim)).first;
-    } catch (...) {
-      if (is_out_of_memory(std::current_exception())) return 0;  // no room now: in a later plan
+    int64_t difference = 0;
+    std::string why;
+    const Probed probed = probe_against_simulation(samples, &difference, &why);
+    if (probed == Probed::Measured)
+      found = c.below.emplace(samples, difference).first;
+    else if (probed == Probed::Failed)
       found = c.below.emplace(samples, 0).first;  // the real run will fail the same way
-    }
+    else
+      return 0;  // no simulation, or no room now: in a later plan
   }
   return static_cast<uint64_t>(std::max<int64_t>(found->second, 0));
 }

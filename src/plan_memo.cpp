@@ -4,6 +4,7 @@
 #include <list>
 #include <unordered_map>
 
+#include "error.h"
 #include "executor.h"
 #include "node_index.h"
 
@@ -48,20 +49,13 @@ void fixed_part(const Analysis& a, Mode mode, Key* key, std::vector<const Node*>
 // The structure's key, and `without_grads`: the same without how the .grad stand.
 Key structure_key(const NodePtr& root, const Analysis& a, Mode mode, Key* without_grads) {
   const int m = mode == Mode::Training ? 1 : 0;
-  Key fixed;
-  std::vector<const Node*> own;
-  const std::vector<const Node*>* concrete = &own;
-  if (PlanCache* cache = root->plan_cache.get()) {
-    std::call_once(cache->fixed_once[m], [&] { fixed_part(a, mode, &cache->fixed[m], &cache->concrete[m]); });
-    fixed = cache->fixed[m];
-    concrete = &cache->concrete[m];
-  } else {
-    fixed_part(a, mode, &fixed, &own);
-  }
-  Key key = fixed;
+  PlanCache* cache = root->plan_cache.get();  // made by analysis_of, which gave `a`
+  if (!cache) fail(KOILA_ERROR_INTERNAL, "the structure key of a graph that was not analysed");
+  std::call_once(cache->fixed_once[m], [&] { fixed_part(a, mode, &cache->fixed[m], &cache->concrete[m]); });
+  Key key = cache->fixed[m];
   Key& bare = *without_grads;
-  bare = fixed;
-  for (const Node* node : *concrete) {
+  bare = key;
+  for (const Node* node : cache->concrete[m]) {
     const uint64_t flags = (node->value.requires_grad() ? 3 : 4) * 2 + (node->value.is_contiguous() ? 5 : 6);
     key.add(flags);
     bare.add(flags);

@@ -217,15 +217,13 @@ TEST(ModuleEstimates, ChunksOfOneSampleAreCalibratedByTheirOwnProbe) {
   const uint64_t measured = peak_cpu() - before;
   EXPECT_GE(static_cast<double>(p.peak - before) * (1 + koila::kMargin), static_cast<double>(measured)) << p.text;
   // The gradients are the unsplit ones.
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& t : cnn.parameters()) grads.push_back(t.grad().clone());
-  for (const at::Tensor& t : cnn.parameters()) t.mutable_grad() = at::Tensor();
+  const std::vector<at::Tensor> chunked = grads(cnn);
+  zero_grads(cnn);
   at::cross_entropy_loss(cnn.forward({xs}).toTensor(), ys).backward();
-  size_t i = 0;
-  for (const at::Tensor& t : cnn.parameters()) {
-    EXPECT_TRUE(at::allclose(grads[i], t.grad(), 1e-4, 1e-6)) << "parameter " << i;
-    ++i;
-  }
+  const std::vector<at::Tensor> eager = grads(cnn);
+  ASSERT_EQ(chunked.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_TRUE(at::allclose(chunked[i], eager[i], 1e-4, 1e-6)) << "parameter " << i;
 }
 
 class OptimizerLoop : public ::testing::TestWithParam<bool> {};
