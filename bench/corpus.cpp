@@ -30,6 +30,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+double largest(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
 // Seconds of one more plan of the same graph (the planner may reuse what it learnt).
 double plan_again_seconds(const Graph& g, koila_mode mode) {
   check(koila_set_memory_budget("cpu", kUnlimited), "koila_set_memory_budget");
@@ -136,9 +138,7 @@ int main(int argc, char** argv) {
               "beyond the 10%% margin; %d of %d forced-split runs over budget (target 0); first plan / unsplit step: "
               "median %.1f%%, worst %.1f%% (target <= 5%%); later plans / unsplit step: median %.2f%%, worst %.2f%%.\n",
               rows, 100 * median(errors), 100 * worst_under, under, over_budget, split_runs, 100 * median(plan_shares),
-              100 * (plan_shares.empty() ? 0.0 : *std::max_element(plan_shares.begin(), plan_shares.end())),
-              100 * median(later_shares),
-              100 * (later_shares.empty() ? 0.0 : *std::max_element(later_shares.begin(), later_shares.end())));
+              100 * largest(plan_shares), 100 * median(later_shares), 100 * largest(later_shares));
   if (!failures.empty()) {
     std::printf("\nGraphs the planner could not simulate on meta tensors (its description's reason):\n");
     for (const auto& [reason, runs] : failures) {

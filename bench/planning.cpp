@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
   // The first plan again, on graphs built anew with every record forgotten: what a first
   // plan costs once LibTorch's own first calls are behind it.
   std::vector<double> firsts;
-  const int first_repeats = std::getenv("KOILA_BENCH_FIRSTS") ? std::atoi(std::getenv("KOILA_BENCH_FIRSTS")) : 5;
+  const char* firsts_env = std::getenv("KOILA_BENCH_FIRSTS");
+  const int first_repeats = firsts_env ? std::atoi(firsts_env) : 5;
   for (int i = 0; i < first_repeats; ++i) {
     koila::testing::forget_graph_records();
     Handle again = net.lazy_loss(xs);

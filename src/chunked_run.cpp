@@ -306,7 +306,7 @@ void hand_over(const BeforeCommit& before_commit, const Tensors& leaves, Tensors
 
 at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   if (!a.splits(run.chunk)) {
-    ChunkStats stats(stats_mode(a, run), a.nodes);
+    ChunkStats stats(stats_mode(a, run), a.nodes());
     at::Tensor result = evaluate(a.whole, options_for(run))[0];
     stats.end_chunk();
     stats.prepare();
@@ -318,7 +318,7 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     const Meta& m = root->meta;
     at::Tensor result = at::empty(m.shape, tensor_options(m, run));
     EvalOptions options = options_for(run);
-    ChunkStats stats(stats_mode(a, run), a.nodes);
+    ChunkStats stats(stats_mode(a, run), a.nodes());
     for_each_chunk(a.batch, run, "forward", stats, [&](int64_t start, int64_t length) {
       options.chunk_start = start;
       options.chunk_length = length;
@@ -328,7 +328,7 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
     stats.commit();
     return result;
   }
-  ChunkStats stats(stats_mode(a, run), a.nodes);
+  ChunkStats stats(stats_mode(a, run), a.nodes());
   const Tensors combined = combine_boundaries(a, run, nullptr, stats);
   std::unordered_map<const Node*, at::Tensor> given;
   for (size_t k = 0; k < combined.size(); ++k) given.emplace(a.boundaries[k], combined[k]);
@@ -341,9 +341,9 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
 }
 
 void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
-  const bool retain = reaches_eager_history(a.nodes);
+  const bool retain = reaches_eager_history(a.nodes());
   if (!a.splits(run.chunk)) {
-    ChunkStats stats(stats_mode(a, run), a.nodes);
+    ChunkStats stats(stats_mode(a, run), a.nodes());
     EvalOptions options = options_for(run);
     options.grad = true;
     ChunkCounts counts(a.boundaries);
@@ -389,7 +389,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   GradientTarget target(run, root->meta.device);
   if (!a.root_is_boundary) {
     // Its statistics are put back: the loop below computes them again.
-    ChunkStats combining(stats_mode(a, run), a.nodes);
+    ChunkStats combining(stats_mode(a, run), a.nodes());
     const Tensors combined = combine_boundaries(a, run, &totals, combining);
     std::unordered_map<const Node*, at::Tensor> given;
     Tensors stand_ins;
@@ -431,7 +431,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   std::vector<double> weights_total(n, 0);
   Tensors leaves;
   std::vector<bool> reached(n, false);  // boundaries whose value some chunk backpropagated
-  ChunkStats stats(stats_mode(a, run), a.nodes);
+  ChunkStats stats(stats_mode(a, run), a.nodes());
   for_each_chunk(a.batch, run, "backward", stats, [&](int64_t start, int64_t length) {
     options.chunk_start = start;
     options.chunk_length = length;

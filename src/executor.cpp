@@ -39,15 +39,6 @@ std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
   return order;
 }
 
-}  // namespace
-
-std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
-                                           const std::unordered_map<const Node*, at::Tensor>* given_values) {
-  NodeIndex done;
-  return order_of(roots, given_values, done);
-}
-
-namespace {
 
 std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options) {
   std::vector<int64_t> shape = meta.shape;

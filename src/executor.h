@@ -31,14 +31,9 @@ struct EvalOptions {
   std::function<void(const Node&, const Tensors& args, const at::Tensor& value)> observe;
 };
 
-// The nodes `roots` depend on, each after its inputs (and the roots themselves); nodes in
-// `given` count as leaves.
-std::vector<const Node*> topological_order(const std::vector<const Node*>& roots,
-                                           const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
-
 // How to evaluate a set of roots, worked out once (a graph run in chunks, or every step,
-// evaluates the same roots again): the nodes in topological order, where each op's inputs
-// sit in it, and how many users each value has (a root counts one more, it is kept).
+// evaluates the same roots again): the nodes the roots depend on in topological order (each
+// after its inputs, the roots themselves included), where each op's inputs sit in it, and how many users each value has (a root counts one more, it is kept).
 struct Schedule {
   std::vector<const Node*> order;
   std::vector<size_t> input_start;  // order.size() + 1 offsets into `inputs`

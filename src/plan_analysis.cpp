@@ -22,8 +22,7 @@ const char* reduction_name(BatchReduction r) {
 std::unique_ptr<Analysis> analyze(const NodePtr& root, Mode mode) {
   auto a = std::make_unique<Analysis>();
   a->whole = make_schedule({root.get()});
-  a->nodes = a->whole.order;
-  for (const Node* node : a->nodes) {
+  for (const Node* node : a->nodes()) {
     if (node->kind == NodeKind::Input && node->meta.batch_dim >= 0) {
       const int64_t size = node->meta.batch_size();
       if (a->batch < 0) {

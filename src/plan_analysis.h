@@ -16,7 +16,6 @@ namespace koila {
 enum class Mode { Forward, Training };
 
 struct Analysis {
-  std::vector<const Node*> nodes;       // topological order, root last
   int64_t batch = -1;                   // size of the lazy batch, -1: none
   std::string coupled;                  // non-empty: why the batch cannot be split
   // Non-empty: the first op that couples the batch only through batch statistics (see
@@ -28,6 +27,9 @@ struct Analysis {
   bool root_is_boundary = false;
   // How to evaluate the root, and the boundaries (made once, run every step and chunk).
   Schedule whole, at_boundaries;
+
+  // The graph's nodes in topological order, root last.
+  const std::vector<const Node*>& nodes() const { return whole.order; }
 
   // Whether running with chunks of `chunk` samples splits the batch.
   bool splits(int64_t chunk) const { return batch >= 0 && chunk >= 0 && chunk < batch; }

@@ -87,7 +87,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, Mode mode, int64_t chu
                   bool commit, const SimulationWatch* watch = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
-  const MetaLeaves leaves(a.nodes, mode);
+  const MetaLeaves leaves(a.nodes(), mode);
   std::vector<at::Tensor> stand_ins;
   if (watch)
     for (const auto& [impl, stand_in] : leaves.by_impl) stand_ins.push_back(stand_in);
@@ -119,7 +119,7 @@ uint64_t probe(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk,
   const uint64_t current = memory_stats(device).current;
   BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
   std::unordered_map<const Node*, at::Tensor> copies;
-  for (const Node* node : a.nodes) {
+  for (const Node* node : a.nodes()) {
     if (node->kind != NodeKind::Op || !node->mutates_state) continue;
     for (const NodePtr& in : node->inputs)
       if (in && in->kind != NodeKind::Op && !in->value.requires_grad() && in->meta.batch_dim < 0 &&
@@ -145,7 +145,7 @@ uint64_t probe(const NodePtr& root, const Analysis& a, Mode mode, int64_t chunk,
 // the gradients of the parameters twice. Errs high.
 uint64_t coarse_estimate(const Analysis& a, Mode mode, int64_t chunk) {
   double bytes = 0, params = 0;
-  for (const Node* node : a.nodes) {
+  for (const Node* node : a.nodes()) {
     const double element = static_cast<double>(c10::elementSize(node->meta.dtype));
     if (node->kind != NodeKind::Op) {
       if (node->value.requires_grad()) params += static_cast<double>(node->value.numel()) * element;
@@ -289,13 +289,13 @@ uint64_t Estimator::calibrate_below(Calibration& c, int64_t samples) {
     std::string why;
     const Probed probed = probe_against_simulation(samples, &difference, &why);
     if (probed == Probed::Measured)
-      found = c.below.emplace(samples, difference).first;
+      found = c.below.emplace(samples, static_cast<uint64_t>(std::max<int64_t>(difference, 0))).first;
     else if (probed == Probed::Failed)
       found = c.below.emplace(samples, 0).first;  // the real run will fail the same way
     else
       return 0;  // no simulation, or no room now: in a later plan
   }
-  return static_cast<uint64_t>(std::max<int64_t>(found->second, 0));
+  return found->second;
 }
 
 uint64_t Estimator::extra(int64_t chunk) {
@@ -354,7 +354,7 @@ std::string Estimator::source() {
       if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
       os << " beyond the simulation";
       for (const auto& [samples, d] : c.below)
-        os << "; chunks of " << samples << ": probed alone, +" << human_bytes(static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+        os << "; chunks of " << samples << ": probed alone, +" << human_bytes(d);
       os << ")";
     }
     else if (!c.failure.empty())

@@ -6,7 +6,6 @@
 
 #include "error.h"
 #include "executor.h"
-#include "node_index.h"
 
 namespace koila {
 
@@ -26,9 +25,9 @@ struct KeyHash {
 // What building fixed of the structure (see PlanCache::fixed), and its concrete nodes.
 void fixed_part(const Analysis& a, Mode mode, Key* key, std::vector<const Node*>* concrete) {
   key->add(mode == Mode::Training ? 1 : 2);
-  NodeIndex position(a.nodes.size());
-  for (const Node* node : a.nodes) {
-    position.insert(node, static_cast<uint32_t>(position.size()));
+  const Schedule& s = a.whole;  // which node feeds which: the inputs' positions in the order
+  for (size_t i = 0; i < s.order.size(); ++i) {
+    const Node* node = s.order[i];
     key->add(static_cast<uint64_t>(node->kind));
     key->add(node->op);
     key->add(node->signature);
@@ -41,7 +40,8 @@ void fixed_part(const Analysis& a, Mode mode, Key* key, std::vector<const Node*>
     key->add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
     key->add(static_cast<uint64_t>(m.batch_dim + 1));
     key->add(node->inputs.size());
-    for (const NodePtr& in : node->inputs) key->add(in ? uint64_t{position.find(in.get())} + 1 : 0);
+    for (size_t k = s.input_start[i]; k < s.input_start[i + 1]; ++k)
+      key->add(static_cast<uint64_t>(s.inputs[k] + 1));  // 0: an absent optional input
     if (node->kind != NodeKind::Op) concrete->push_back(node);
   }
 }

@@ -64,9 +64,10 @@ struct Calibration {
   double slope = 0;
   // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:
   // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4), probed
-  // when a plan first needs one: samples -> bytes beyond the simulation, added instead of
-  // `bytes` when larger. Absent: not probed yet (or no room then); a failed probe counts 0.
-  std::map<int64_t, int64_t> below;
+  // when a plan first needs one: samples -> bytes beyond the simulation (0 when it took
+  // less), added instead of `bytes` when larger. Absent: not probed yet (or no room then); a
+  // failed probe counts 0.
+  std::map<int64_t, uint64_t> below;
 };
 
 struct GraphRecord {

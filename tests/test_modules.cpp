@@ -190,8 +190,6 @@ TEST(Modules, ChunkedTrainingGradientsEqualFullBatch) {
   }
 }
 
-// A training loop through koila (graph built once; chunked) against the same loop in plain
-// LibTorch with torch::optim.
 // LibTorch's CPU convolution takes other buffers for one sample than for the calibration
 // probes' 2 and 4 (no oneDNN for one small image): chunks of one get a probe of their own.
 // Without it, this CNN's backward in chunks of one measured 329,864 bytes against 280,792
@@ -226,6 +224,8 @@ TEST(ModuleEstimates, ChunksOfOneSampleAreCalibratedByTheirOwnProbe) {
     EXPECT_TRUE(at::allclose(chunked[i], eager[i], 1e-4, 1e-6)) << "parameter " << i;
 }
 
+// A training loop through koila (graph built once; chunked) against the same loop in plain
+// LibTorch with torch::optim.
 class OptimizerLoop : public ::testing::TestWithParam<bool> {};
 
 TEST_P(OptimizerLoop, MatchesTorchOptim) {
