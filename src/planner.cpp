@@ -174,7 +174,9 @@ Plan planned_run(const NodePtr& root, Mode mode, F&& attempt) {
       plan = make_plan(root, mode);
     } catch (const Error& e) {
       if (e.code() != KOILA_ERROR_OUT_OF_MEMORY && e.code() != KOILA_ERROR_NOT_SPLITTABLE) throw;
-      if (runs_alive(device) == 0) throw;  // it does not fit even alone
+      // It does not fit even alone: no run is alive, and none ended since the plan read
+      // what is in use (one that ended just after would have left it room: plan again).
+      if (runs_alive(device) == 0 && runs_ended(device) == ended) throw;
       planning.unlock();
       wait_for_run_to_end(device, ended);  // it may fit once they are done
       continue;
