@@ -1,4 +1,5 @@
 // The C entry points for TorchScript modules and optimizers.
+#include <c10/core/GradMode.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/optim/adam.h>
@@ -229,7 +230,7 @@ KOILA_API koila_status* koila_optimizer_zero_grad(koila_optimizer* o) {
   return guard(__func__, [&] {
     koila_optimizer& opt = arg::handle(o, "o");
     // In place, as koila_tensor_zero_grad: gradient handles stay valid.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (at::Tensor& p : opt.params)
       if (p.grad().defined()) note_zeroed(p.mutable_grad().zero_());
   });

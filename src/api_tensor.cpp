@@ -1,5 +1,6 @@
 // The C entry points for tensors, metadata, reads and autograd.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cstring>
 #include <sstream>
@@ -162,7 +163,7 @@ KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, 
     if (nbytes == 0) return;
     // Straight into the caller's buffer, whatever the result's strides or device: no copy
     // beyond what the planned evaluation counted.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     at::from_blob(data, node->meta.shape, at::TensorOptions().dtype(node->meta.dtype)).copy_(value_of(node));
   });
 }
@@ -201,17 +202,17 @@ KOILA_API koila_status* koila_eval(koila_tensor** out, const koila_tensor* t) {
 KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
-    const bool requires = arg::flag(flag, "flag");
+    const bool wanted = arg::flag(flag, "flag");
     if (node->lazy())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
                                          "lazy graph flow to the concrete tensors it was built from)");
-    if (requires && !at::isFloatingType(node->meta.dtype))
+    if (wanted && !at::isFloatingType(node->meta.dtype))
       fail(KOILA_ERROR_DTYPE, std::string("only floating point tensors can require grad, t is ") +
                                   dtype_name(node->meta.dtype));
     if (!node->value.is_leaf())
       fail(KOILA_ERROR_INVALID_ARGUMENT, "t is the result of an operation on tensors that require grad; only "
                                          "leaves can change requires_grad");
-    node->value.set_requires_grad(requires);
+    node->value.set_requires_grad(wanted);
   });
 }
 
@@ -234,7 +235,7 @@ KOILA_API koila_status* koila_tensor_zero_grad(koila_tensor* t) {
   return guard(__func__, [&] {
     const NodePtr& node = node_of(t, "t");
     if (node->kind == NodeKind::Op || !node->value.is_leaf()) return;
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const at::Tensor& grad = node->value.grad();
     if (grad.defined()) note_zeroed(grad.zero_());
   });

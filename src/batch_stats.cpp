@@ -46,12 +46,12 @@ struct ChunkStats::State {
   }
 
   void restore_counters() {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
   }
 
   void restore() {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& [tensor, value] : saved) tensor.copy_(value);
     restore_counters();
   }
@@ -60,7 +60,7 @@ struct ChunkStats::State {
   // observed_batch_norm sees): its running statistics are saved, and its record returned,
   // for record_chunk.
   Call& begin_call(const at::Tensor& rm, const at::Tensor& rv, double factor, double eps) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     save(rm);
     save(rv);
     if (chunk == 1) {
@@ -79,7 +79,7 @@ struct ChunkStats::State {
   // nothing passes over the input a second time.
   static void record_chunk(Call& call, const at::Tensor& input, const at::Tensor& save_mean,
                            const at::Tensor& save_invstd) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const int64_t channels = input.dim() > 1 ? input.size(1) : 0;
     const int64_t n = channels > 0 ? input.numel() / channels : 0;
     if (n == 0) return;  // an empty chunk adds nothing
@@ -147,7 +147,7 @@ ChunkStats::ChunkStats(Mode mode, const std::vector<const Node*>& nodes) : state
   if (mode == Mode::Off) return;
   State& s = *state_;
   s.per_chunk = mode == Mode::PerChunk;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const Node* node : nodes)
     for (const at::Tensor& t : node->stats_counters) {
       s.counters.push_back(t);
@@ -201,7 +201,7 @@ void ChunkStats::end_chunk() {
     fail(KOILA_ERROR_INTERNAL, "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
                                "observed (a module whose batch norm calls were not routed through koila)");
   if (s.chunk == 1) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (const at::Tensor& t : s.counters) s.counters_after_first.push_back(t.clone());
   }
 }
@@ -213,7 +213,7 @@ void ChunkStats::prepare() {
     s.prepared = true;
     return;
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // The running statistics as they were before the pass, then each call's update in order
   // (a layer called twice updates twice), in double as LibTorch's kernels accumulate.
   s.updated.clear();
@@ -252,7 +252,7 @@ void ChunkStats::commit() noexcept {
     s.committed = true;
     return;
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < s.saved.size(); ++i) s.saved[i].first.copy_(s.updated[i]);
   for (size_t i = 0; i < s.counters.size() && i < s.counters_after_first.size(); ++i)
     s.counters[i].copy_(s.counters_after_first[i]);

@@ -1,6 +1,7 @@
 #include "chunked_run.h"
 
 #include <algorithm>
+#include <c10/core/GradMode.h>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
@@ -233,7 +234,7 @@ class GradientTarget {
   // Notes how the .grad of leaves not seen before stands (`starts`, when given, says so for
   // each of `leaves`), before anything is added to it.
   void prepare(const Tensors& leaves, const std::vector<GradStart>* starts = nullptr) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t i = 0; i < leaves.size(); ++i) {
       const at::Tensor& leaf = leaves[i];
       if (index_.count(leaf.unsafeGetTensorImpl())) continue;
@@ -362,7 +363,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       // as it does for a chunk, and a failure puts them back. (Capturing every gradient
       // first, as below, costs the engine a pass over the graph to find the leaves' edges,
       // and an addition per leaf after it.)
-      at::NoGradGuard outside;
+      c10::NoGradGuard outside;
       GradientTarget target(run, root->meta.device);
       target.backward({value}, {}, leaves, retain, &starts);
       stats.end_chunk();
@@ -381,7 +382,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     report_whole(run, "backward");
     return;
   }
-  at::NoGradGuard outside;  // the additions below are not part of any graph
+  c10::NoGradGuard outside;  // the additions below are not part of any graph
   const size_t n = a.boundaries.size();
   // d loss / d boundary, and the gradients the rest of the graph contributes directly.
   Tensors upstream(n);

@@ -272,7 +272,7 @@ GradStart grad_start(const at::Tensor& t) {
   if (g.layout() != at::kStrided || g.is_meta() || g.is_complex()) return GradStart::Held;
   if (g.numel() == 0) return GradStart::Zero;
   // Its least and largest elements, into two scalars (any() would first copy it to bools).
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto [lo, hi] = at::aminmax(g);
   return lo.item<double>() == 0 && hi.item<double>() == 0 ? GradStart::Zero : GradStart::Held;
 }
@@ -291,7 +291,7 @@ at::Tensor owned_gradient(const at::Tensor& grad, const at::Tensor& leaf) {
 }
 
 void commit_gradients(const Tensors& leaves, const Tensors& grads) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // All or nothing: every allocation (a dense copy for a leaf without .grad) happens before
   // any .grad changes, so an out-of-memory error within the budget leaves them all as they
   // were; what follows only steals tensors or adds in place.

@@ -1,6 +1,7 @@
 #include "graph.h"
 
 #include <algorithm>
+#include <c10/core/GradMode.h>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -112,7 +113,7 @@ void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const 
                         : at::Tensor());
     std::string verdict;
     try {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       spec.run(ones, self);
     } catch (const c10::Error& e) {
       verdict = e.what_without_backtrace();

@@ -1,6 +1,7 @@
 #include "group.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -8,13 +9,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 #ifdef KOILA_WITH_NCCL
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,19 +28,13 @@
 #include "chunked_run.h"
 #include "error.h"
 #include "executor.h"
+#include "libtorch_compat.h"
 #include "planner.h"
 #include "types.h"
 
 namespace koila {
 
-// c10d's collectives live on ProcessGroup in LibTorch 1.x and on Backend (which the
-// process group dispatches to) from 2.0; ProcessGroupGloo and ProcessGroupNCCL are one or
-// the other, with the same allreduce/broadcast and Work::wait(timeout).
-#if TORCH_VERSION_MAJOR >= 2
-using CommBase = c10d::Backend;
-#else
-using CommBase = c10d::ProcessGroup;
-#endif
+using CommBase = compat::CommBackend;
 
 struct Group::Comm {
   c10::intrusive_ptr<c10d::Store> store;
@@ -198,6 +195,13 @@ c10::intrusive_ptr<c10d::Store> make_store(const Init& init, int rank, int size,
     options.timeout = timeout;
     return c10::make_intrusive<c10d::TCPStore>(init.host, options);
   }
+  // FileStore's constructor opens the file before any timeout of ours applies; in LibTorch
+  // 2.x it retries a file it cannot create for its own default timeout (minutes) instead of
+  // failing, so a folder that is not there is refused here, at once.
+  const std::string folder = init.path.substr(0, init.path.find_last_of('/') + 1);
+  if (!folder.empty() && access(folder.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error("the store's folder " + folder + " is not there or not writable: " +
+                             std::strerror(errno));
   auto store = c10::make_intrusive<c10d::FileStore>(init.path, size);
   store->setTimeout(timeout);
   return store;
@@ -398,7 +402,7 @@ class Reduction {
   // `staged`: whether every rank could allocate its staging buffers.
   void run(Group::Comm& comm, double scale, bool staged) {
     if (staged_ && !staged) buckets_ = make_buckets(targets_, 0);  // the buffers are large enough
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     std::deque<Flight> flights;
     for (const Bucket& b : buckets_) {
       if (static_cast<int>(flights.size()) == kInFlight) {
@@ -572,7 +576,7 @@ void Group::broadcast(const std::function<std::vector<NodePtr>()>& collect, int 
     fail_together(*comm_, rank_, size_, mine, unchanged);
   }
   check_verdict(agree(*comm_, rank_, size_, mine), rank_, unchanged);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::vector<at::Tensor> staged;
   std::vector<Pending> pending;
   for (at::Tensor& t : tensors) {

@@ -6,13 +6,13 @@
 
 #include <atomic>
 #include <cstring>
-#include <type_traits>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "error.h"
+#include "libtorch_compat.h"
 
 #ifdef KOILA_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -34,16 +34,6 @@ void raise_peak(std::atomic<uint64_t>& peak, uint64_t value) {
 // Each block carries a header in front of the data with its size, so that the deleter
 // (a plain function pointer) can subtract it. The data pointer is also the context:
 // LibTorch's MKLDNN paths allocate through raw_allocate, which requires data == context.
-
-// Newer LibTorch (2.3+) declares Allocator::copy_data pure virtual; older ones lack it.
-template <class A, class = void>
-struct WithCopyData : A {};
-template <class A>
-struct WithCopyData<A, std::void_t<decltype(&A::copy_data)>> : A {
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    if (dest != nullptr && src != nullptr) std::memcpy(dest, src, count);
-  }
-};
 
 constexpr size_t kHeader = 64;  // keeps the default allocator's 64-byte alignment
 
@@ -107,9 +97,12 @@ void cpu_delete(void* data) {
   cpu_inner->raw_deallocate(base);
 }
 
-class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
+class TrackingCpuAllocator final : public compat::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DeleterFnPtr raw_deleter() const override { return &cpu_delete; }
+
+ protected:
+  c10::DataPtr make(size_t bytes) const override {
     const c10::Device device(c10::kCPU);
     if (bytes == 0) return {nullptr, nullptr, &cpu_delete, device};
     const uint64_t now = cpu_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -142,7 +135,6 @@ class TrackingCpuAllocator final : public WithCopyData<c10::Allocator> {
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &cpu_delete, device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &cpu_delete; }
 };
 
 TrackingCpuAllocator tracking_cpu_allocator;
@@ -310,16 +302,18 @@ void meta_delete(void* context) {
   delete record;
 }
 
-class TrackingMetaAllocator final : public WithCopyData<c10::Allocator> {
+class TrackingMetaAllocator final : public compat::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+ protected:
+  c10::DataPtr make(size_t bytes) const override {
     const c10::Device device(c10::kMeta);
     const auto& counter = active_meta_counter;
     if (!counter || bytes == 0) return {nullptr, nullptr, &meta_delete, device};
     const bool forward = counter->add(bytes);
     return {nullptr, new MetaRecord{bytes, forward, counter}, &meta_delete, device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 };
 
 TrackingMetaAllocator tracking_meta_allocator;
@@ -374,9 +368,11 @@ std::map<std::string, uint64_t>& budgets() {
   return map;
 }
 
+#ifndef KOILA_WITH_CUDA
 [[noreturn]] void no_cuda() {
   fail(KOILA_ERROR_DEVICE, "koila was built against a LibTorch without CUDA; CUDA memory is not available");
 }
+#endif
 
 }  // namespace
 

@@ -11,33 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "libtorch_compat.h"
+
 namespace koila {
 namespace {
 
 using Stack = std::vector<c10::IValue>;
 
-// Ints from an int[] or SymInt[] argument.
-std::vector<int64_t> ints(const c10::IValue& v) {
-  if (v.isIntList()) return v.toIntVector();
-  std::vector<int64_t> out;
-  for (const c10::IValue& e : v.toListRef()) {
-#if TORCH_VERSION_MAJOR >= 2
-    if (e.isSymInt()) {
-      out.push_back(e.toSymInt().expect_int());
-      continue;
-    }
-#endif
-    out.push_back(e.toInt());
-  }
-  return out;
-}
-
-int64_t int_arg(const c10::IValue& v) {
-#if TORCH_VERSION_MAJOR >= 2
-  if (v.isSymInt()) return v.toSymInt().expect_int();
-#endif
-  return v.toInt();
-}
+using compat::concrete_int;
+using compat::concrete_ints;
 
 at::Tensor optional_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
 
@@ -76,7 +58,7 @@ void roll_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 3);
   const at::Tensor self = a[0].toTensor();
   at::Tensor intermediate;
-  if (ints(a[2]).size() > 1) intermediate = meta_like(self.sizes(), self);
+  if (concrete_ints(a[2]).size() > 1) intermediate = meta_like(self.sizes(), self);
   const at::Tensor result = meta_like(self.sizes(), self);
   finish(stack, 3, {result});
 }
@@ -85,9 +67,9 @@ void roll_meta(const c10::OperatorHandle&, Stack* stack) {
 void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 9);
   const at::Tensor input = a[0].toTensor(), weight = a[1].toTensor(), bias = optional_tensor(a[2]);
-  const auto stride = ints(a[3]), padding = ints(a[4]), dilation = ints(a[5]), output_padding = ints(a[7]);
+  const auto stride = concrete_ints(a[3]), padding = concrete_ints(a[4]), dilation = concrete_ints(a[5]), output_padding = concrete_ints(a[7]);
   const bool transposed = a[6].toBool();
-  const int64_t groups = int_arg(a[8]);
+  const int64_t groups = concrete_int(a[8]);
   const int64_t dim = input.dim();
   const int64_t spatial = dim - 2;
   TORCH_CHECK(dim >= 3, "expected a batched input [N, C, ...] of rank 3 or more, but got input of size ",
@@ -205,6 +187,27 @@ void where_meta(const c10::OperatorHandle&, Stack* stack) {
   finish(stack, 3, {at::empty(shape, self.options().device(at::kMeta).dtype(at::result_type(self, other)))});
 }
 
+// where.self_out(condition, self, other, out): LibTorch 2.x routes where.self through its
+// out variant, which has no meta kernel in C++ (Python registers one).
+void where_out_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 4);
+  const at::Tensor cond = a[0].toTensor(), self = a[1].toTensor(), other = a[2].toTensor();
+  at::Tensor out = a[3].toTensor();
+  TORCH_CHECK_TYPE(cond.scalar_type() == at::kBool || cond.scalar_type() == at::kByte,
+                   "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+                   cond.scalar_type());
+  out.resize_(at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes()));
+  finish(stack, 4, {out});
+}
+
+// log_sigmoid_forward(self) -> (output, buffer): binary cross entropy with logits in 2.x.
+// The CPU kernel fills a buffer shaped like the input; CUDA's is empty (the estimate errs
+// high there by one input's size).
+void log_sigmoid_forward_meta(const c10::OperatorHandle&, Stack* stack) {
+  const at::Tensor self = args(stack, 1)[0].toTensor();
+  finish(stack, 1, {meta_like(self.sizes(), self), meta_like(self.sizes(), self)});
+}
+
 // nll_loss2d_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight)
 void nll_loss2d_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 5);
@@ -225,7 +228,7 @@ void nll_loss2d_meta(const c10::OperatorHandle&, Stack* stack) {
 void adaptive_avg_pool2d_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 2);
   const at::Tensor self = a[0].toTensor();
-  const auto size = ints(a[1]);
+  const auto size = concrete_ints(a[1]);
   TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",
               self.sizes());
   TORCH_CHECK(size.size() == 2, "adaptive_avg_pool2d: output_size must be 2");
@@ -270,7 +273,7 @@ void convolution_backward_meta(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor input = a[1].toTensor(), weight = a[2].toTensor();
   const auto mask = mask_of(a[10]);
   const bool transposed = a[7].toBool();
-  const int64_t groups = int_arg(a[9]);
+  const int64_t groups = concrete_int(a[9]);
   at::Tensor bias;
   if (mask[2]) bias = meta_like({transposed ? weight.size(1) * groups : weight.size(0)}, weight);
   at::Tensor gi = if_set(mask[0], input), gw = if_set(mask[1], weight);
@@ -294,7 +297,7 @@ void native_batch_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
 void native_layer_norm_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 5);
   const at::Tensor input = a[0].toTensor(), weight = optional_tensor(a[2]), bias = optional_tensor(a[3]);
-  const auto normalized = ints(a[1]);
+  const auto normalized = concrete_ints(a[1]);
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized.size());
   TORCH_CHECK(!normalized.empty(), "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
               "least one element, but got normalized_shape = ", at::IntArrayRef(normalized));
@@ -325,7 +328,7 @@ void native_layer_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
 void embedding_dense_backward_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 5);
   const at::Tensor grad = a[0].toTensor();
-  finish(stack, 5, {meta_like({int_arg(a[2]), grad.size(-1)}, grad)});
+  finish(stack, 5, {meta_like({concrete_int(a[2]), grad.size(-1)}, grad)});
 }
 
 at::Tensor m(std::initializer_list<int64_t> shape, at::ScalarType type = at::kFloat) {
@@ -342,6 +345,11 @@ bool runs_on_meta(const std::function<void()>& probe) {
   }
 }
 
+std::vector<std::string>& filled() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 std::unique_ptr<torch::Library>& library() {
   static std::unique_ptr<torch::Library> lib;
   return lib;
@@ -354,6 +362,7 @@ void fill_in(const char* op, const std::function<void()>& probe) {
     library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
                                                  __LINE__);
   library()->impl(op, torch::CppFunction::makeFromBoxedFunction<Kernel>());
+  filled().push_back(op);
 }
 
 // Registers `Kernel` for an op that has no kernel of its own for the Meta key.
@@ -365,6 +374,7 @@ void fill_in_missing(const char* name, const char* overload = "") {
     library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
                                                  __LINE__);
   library()->impl(name, torch::CppFunction::makeFromBoxedFunction<Kernel>());
+  filled().push_back(name);
 }
 
 void register_all() {
@@ -392,7 +402,13 @@ void register_all() {
   fill_in<index_select_meta>("index_select", [] { at::index_select(m({3, 2}), 0, m({2}, at::kLong)); });
   fill_in<where_meta>("where.self", [] { at::where(m({2}, at::kBool), m({2}), m({2})); });
   fill_in<adaptive_avg_pool2d_meta>("_adaptive_avg_pool2d", [] { at::adaptive_avg_pool2d(m({1, 4, 4}), {2, 2}); });
+  fill_in<where_out_meta>("where.self_out", [] {
+    at::Tensor out = m({2});
+    at::where_out(out, m({2}, at::kBool), m({2}), m({2}));
+  });
   fill_in<logical_not_out_meta>("logical_not.out", [] { at::logical_not(m({2}, at::kBool)); });
+  fill_in<log_sigmoid_forward_meta>("log_sigmoid_forward", [] { at::log_sigmoid_forward(m({2})); });
+  fill_in<like_arg_meta<3, 1>>("log_sigmoid_backward", [] { at::log_sigmoid_backward(m({2}), m({2}), m({2})); });
   fill_in<nll_loss2d_meta>("nll_loss2d_forward", [] {
     at::nll_loss2d(m({1, 2, 2, 2}), m({1, 2, 2}, at::kLong));
   });
@@ -413,6 +429,11 @@ void register_all() {
 void ensure_meta_kernels() {
   static std::once_flag once;
   std::call_once(once, register_all);
+}
+
+std::vector<std::string> filled_in_meta_kernels() {
+  ensure_meta_kernels();
+  return filled();
 }
 
 }  // namespace koila

@@ -9,9 +9,16 @@
 // its CPU and CUDA kernels allocate).
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace koila {
 
 // Idempotent and thread-safe; called before any inference.
 void ensure_meta_kernels();
+
+// The ops koila filled in on this LibTorch (1.13: 22 of them; 2.14.1: see
+// docs/BENCHMARKS.md), in the order they were registered.
+std::vector<std::string> filled_in_meta_kernels();
 
 }  // namespace koila

@@ -198,7 +198,7 @@ class Probe {
 
   // The module's output on `inputs` (default: the probe inputs), narrowed to `n` samples.
   at::Tensor run(const Tensors& inputs, int64_t n = -1) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     Tensors args;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const int64_t bd = batch_dims_[i];

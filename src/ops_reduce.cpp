@@ -181,6 +181,8 @@ KOILA_API koila_status* koila_argmax(koila_tensor** out, const koila_tensor* x, 
     const NodePtr& input = node_of(x, "x");
     const bool keep = arg::flag(keepdim, "keepdim");
     const int64_t d = normalize_dim(dim, rank_of(input), "dim");
+    // LibTorch refuses it too, with an error whose type changed between versions.
+    if (input->meta.dtype == at::kBool) fail(KOILA_ERROR_DTYPE, "argmax does not support KOILA_BOOL input");
     return build({"koila_argmax", [d, keep](const Tensors& in, const Node&) { return at::argmax(in[0], d, keep); },
                   batch::reduce({d}, keep, BatchReduction::None), true},
                  {input});

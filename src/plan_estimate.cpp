@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <c10/core/GradMode.h>
 #include <cmath>
 #include <sstream>
 #include <unordered_map>
@@ -74,7 +75,7 @@ struct MetaLeaves {
 
 void run_mode(const NodePtr& root, const Analysis& a, Mode mode, const ChunkRun& run) {
   if (mode == Mode::Forward) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     forward_chunks(root, a, run);
   } else {
     backward_chunks(root, a, run);

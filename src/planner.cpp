@@ -1,6 +1,7 @@
 #include "planner.h"
 
 #include <atomic>
+#include <c10/core/GradMode.h>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -285,7 +286,7 @@ uint64_t estimate_extra(const NodePtr& root, Mode mode, int64_t chunk) {
 
 at::Tensor run_forward(const NodePtr& root, Plan* used) {
   if (!root->lazy()) return root->value;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor result;
   const Plan plan = planned_run(root, Mode::Forward, [&](const Analysis& a, const Plan& p) {
     ChunkRun run;

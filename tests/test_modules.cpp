@@ -1,6 +1,7 @@
 // TorchScript modules and optimizers: forward values and chunked training gradients equal
 // plain LibTorch, the batch is shown to flow through a module (or the module couples it),
 // optimizers match torch::optim, save/load round-trips, and bad input fails cleanly.
+#include <c10/core/GradMode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -127,7 +128,7 @@ TEST(Modules, ForwardEqualsPlainLibTorchUnsplitAndInChunks) {
 
   at::Tensor expected;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     expected = cnn.forward({xs}).toTensor();
     EXPECT_TRUE(at::allclose(expected, eager_cnn(cnn, xs), 1e-5, 1e-6));
   }

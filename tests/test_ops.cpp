@@ -2,10 +2,16 @@
 // evaluating), values, and the batch rule itself — evaluating a slice of the batch through
 // koila must give the same slice of the eager result, and reductions over the batch must
 // combine exactly across slices.
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <functional>
+#include <iostream>
+#include <set>
+#include <string>
 
 #include "executor.h"
 #include "helpers.h"
+#include "meta_kernels.h"
 
 using namespace koila_test;
 using koila::BatchReduction;
@@ -656,4 +662,23 @@ TEST(Ops, ReductionOfBatchFeedingBatchedWorkCouples) {
   Handle c(centered);
   EXPECT_FALSE(node(c.get()).couples.empty());
   EXPECT_NE(node(c.get()).couples.find("reduced over the batch"), std::string::npos);
+}
+
+// koila fills in meta kernels only where LibTorch lacks them: every op it filled now has a
+// Meta kernel, none twice. The list printed is what this LibTorch lacked (docs/BENCHMARKS.md
+// compares versions).
+TEST(MetaKernels, FilledInOnlyWhereLibTorchLacksThem) {
+  const std::vector<std::string> names = koila::filled_in_meta_kernels();
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  std::cout << "meta kernels koila filled in on this LibTorch (" << names.size() << "): " << list << "\n";
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    EXPECT_TRUE(seen.insert(n).second) << n << " filled in twice";
+    const auto dot = n.find('.');
+    const std::string name = "aten::" + n.substr(0, dot), overload = dot == std::string::npos ? "" : n.substr(dot + 1);
+    auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    ASSERT_TRUE(op.has_value()) << n;
+    EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) << n;
+  }
 }

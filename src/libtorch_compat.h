@@ -1,0 +1,51 @@
+// What differs between the LibTorch versions koila builds against (Debian's 1.13, PyTorch's
+// 2.x up to 2.14), in one place: the rest of the code uses these names and never tests
+// TORCH_VERSION_* itself. Each entry says what changed and from which version.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace c10d {
+class Backend;
+class ProcessGroup;
+}  // namespace c10d
+
+namespace koila::compat {
+
+// c10::Allocator::allocate is const up to 2.2 and not from 2.3, which also made copy_data
+// pure virtual. An allocator derives from this and implements make(), which is always const.
+class Allocator : public c10::Allocator {
+ public:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t bytes) override { return make(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+#else
+  c10::DataPtr allocate(size_t bytes) const override { return make(bytes); }
+#endif
+
+ protected:
+  virtual c10::DataPtr make(size_t bytes) const = 0;
+};
+
+// An int or SymInt argument as a concrete int (2.x passes sizes as SymInt where 1.13
+// passes int; koila's meta kernels see concrete sizes only).
+int64_t concrete_int(const c10::IValue& v);
+// An int[] or SymInt[] argument as ints.
+std::vector<int64_t> concrete_ints(const c10::IValue& v);
+
+// c10d's collectives live on ProcessGroup in 1.x and on Backend (which the process group
+// dispatches to) from 2.0; ProcessGroupGloo and ProcessGroupNCCL derive from one or the
+// other, with the same allreduce/broadcast and Work::wait(timeout).
+#if TORCH_VERSION_MAJOR >= 2
+using CommBackend = c10d::Backend;
+#else
+using CommBackend = c10d::ProcessGroup;
+#endif
+
+}  // namespace koila::compat

@@ -1,0 +1,192 @@
+// The CUDA paths: memory figures from LibTorch's caching allocator, the budget as a cap on
+// that allocator (a hard limit, also when estimates fall short), chunked training on the
+// device equal to eager LibTorch's, and a NCCL group. They run where koila was built against
+// a CUDA LibTorch and a device is present (../shared/gpu/check.sh on a lent GPU machine), and
+// skip elsewhere with a message that says which of the two is missing.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "helpers.h"
+#include "koila.h"
+#include "models.h"
+
+namespace koila_test {
+namespace {
+
+using koila_models::Kind;
+using koila_models::Model;
+
+// Why the CUDA tests cannot run here, or "" when they can.
+std::string no_cuda_reason() {
+  koila_tensor* t = nullptr;
+  const int64_t shape[1] = {1};
+  koila_status* s = koila_tensor_zeros(&t, shape, 1, KOILA_FLOAT32, "cuda");
+  koila_tensor_free(t);
+  if (s == nullptr) return "";
+  std::string why = koila_status_message(s);
+  koila_status_free(s);
+  return why;
+}
+
+#define SKIP_WITHOUT_CUDA()                                                                                \
+  do {                                                                                                     \
+    const std::string why_ = no_cuda_reason();                                                             \
+    if (!why_.empty()) GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch, not here: " << why_;      \
+  } while (0)
+
+uint64_t current_cuda() {
+  uint64_t current = 0;
+  koila_status_free(koila_memory_stats("cuda", &current, nullptr));
+  return current;
+}
+
+uint64_t peak_cuda() {
+  uint64_t peak = 0;
+  koila_status_free(koila_memory_stats("cuda", nullptr, &peak));
+  return peak;
+}
+
+struct CudaBudgetGuard {
+  ~CudaBudgetGuard() {
+    koila_status_free(koila_set_memory_budget("cuda", 0));
+    koila::testing::set_estimate_scale(1.0);
+  }
+};
+
+void budget_for_cuda_chunk(const koila_tensor* t, koila::Mode mode, int64_t chunk) {
+  const uint64_t extra = koila::estimate_extra(t->node, mode, chunk);
+  ASSERT_OK(koila_set_memory_budget("cuda", current_cuda() + static_cast<uint64_t>(extra * 1.12)));
+}
+
+std::vector<at::Tensor> grads(const Model& m) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : m.params()) out.push_back(p.grad().defined() ? p.grad().detach().cpu() : at::Tensor());
+  return out;
+}
+
+// The gradients plain LibTorch gives for the whole batch; the parameters' .grad are left absent.
+std::vector<at::Tensor> eager_grads(const Model& m, const at::Tensor& xs, const at::Tensor& ys) {
+  m.zero_grad();
+  m.eager_loss(xs, ys).backward();
+  std::vector<at::Tensor> out = grads(m);
+  m.zero_grad();
+  return out;
+}
+
+void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << what << ": parameter " << i << " has no gradient";
+    EXPECT_TRUE(at::allclose(got[i], want[i], 1e-3, 1e-5))
+        << what << ": parameter " << i << " differs by " << (got[i] - want[i]).abs().max().item<double>();
+  }
+}
+
+TEST(Cuda, MemoryStatsFollowTheCachingAllocator) {
+  SKIP_WITHOUT_CUDA();
+  const uint64_t before = current_cuda();
+  koila_tensor* t = nullptr;
+  const int64_t shape[2] = {1024, 1024};
+  ASSERT_OK(koila_tensor_zeros(&t, shape, 2, KOILA_FLOAT32, "cuda"));
+  EXPECT_GE(current_cuda() - before, uint64_t(4) << 20);
+  koila_tensor_free(t);
+  EXPECT_EQ(current_cuda(), before);
+  uint64_t budget = 0;
+  ASSERT_OK(koila_memory_budget("cuda", &budget));
+  EXPECT_GT(budget, uint64_t(0)) << "the automatic budget reads the device's free memory";
+}
+
+// Forward and training of each test model in chunks on the device: the plan's chunk, the
+// measured peak within the budget, and gradients equal to eager LibTorch's on the same device.
+class CudaChunked : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(CudaChunked, EqualEagerAndStayWithinTheBudget) {
+  SKIP_WITHOUT_CUDA();
+  CudaBudgetGuard restore;
+  const Model m(GetParam(), at::kCUDA, 7);
+  const bool mlp = GetParam() == Kind::MLP;
+  const int64_t batch = mlp ? 1000 : 37, chunk = mlp ? 128 : 8;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  const std::vector<at::Tensor> eager = eager_grads(m, xs, ys);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+
+  budget_for_cuda_chunk(loss.get(), koila::Mode::Training, chunk);
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(p.chunk, chunk) << p.text;
+  EXPECT_NE(p.text.find("cuda"), std::string::npos) << p.text;
+  ASSERT_OK(koila_memory_reset_peak("cuda"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cuda(), p.budget) << p.text;
+  expect_close(grads(m), eager, "chunked on cuda");
+  m.zero_grad();
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaChunked, ::testing::Values(Kind::MLP, Kind::CNN, Kind::Transformer),
+                         [](const ::testing::TestParamInfo<Kind>& info) { return koila_models::name(info.param); });
+
+// The budget caps the caching allocator: with every estimate four times too low, the planned
+// chunk does not fit, the device refuses it within the budget, and koila retries smaller.
+TEST(Cuda, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
+  SKIP_WITHOUT_CUDA();
+  CudaBudgetGuard restore;
+  const Model m(Kind::CNN, at::kCUDA, 3);
+  const int64_t batch = 64;
+  const at::Tensor xs = m.input(batch), ys = m.target(batch);
+  const std::vector<at::Tensor> eager = eager_grads(m, xs, ys);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t budget = current_cuda() + static_cast<uint64_t>(static_cast<double>(e16) * 1.1);
+  ASSERT_OK(koila_set_memory_budget("cuda", budget));
+  ASSERT_OK(koila_memory_reset_peak("cuda"));
+  koila::testing::set_estimate_scale(0.25);
+  koila::Plan planned = koila::make_plan(loss->node, koila::Mode::Training);
+  koila::Plan used;
+  EXPECT_NO_THROW(koila::run_backward(loss->node, &used));
+  koila::testing::set_estimate_scale(1);
+  EXPECT_GT(planned.chunk, 16) << planned.describe();
+  EXPECT_LE(used.chunk, 16) << used.describe();
+  EXPECT_LE(peak_cuda(), budget);
+  expect_close(grads(m), eager, "after refusals on cuda");
+}
+
+// A NCCL group of one rank: its backward equals a plain backward (the all-reduce of one rank
+// is the identity). Where LibTorch has no NCCL, the group is refused as unsupported.
+TEST(Cuda, NcclGroupOfOneRankEqualsAPlainBackward) {
+  SKIP_WITHOUT_CUDA();
+  const std::string store = "/tmp/koila_nccl_store_" + std::to_string(getpid());
+  std::remove(store.c_str());
+  koila_group* g = nullptr;
+  koila_status* s = koila_group_new(&g, "nccl", ("file://" + store).c_str(), 0, 1, 60000);
+  if (s != nullptr && koila_status_code(s) == KOILA_ERROR_UNSUPPORTED) {
+    const std::string why = koila_status_message(s);
+    koila_status_free(s);
+    GTEST_SKIP() << "this LibTorch has no NCCL: " << why;
+  }
+  ASSERT_OK(s);
+  const Model m(Kind::MLP, at::kCUDA, 5);
+  const at::Tensor xs = m.input(64), ys = m.target(64);
+  const std::vector<at::Tensor> eager = eager_grads(m, xs, ys);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  std::vector<Handle> params;
+  std::vector<koila_tensor*> raw;
+  for (const at::Tensor& p : m.params()) {
+    params.push_back(koila_models::share(p));
+    raw.push_back(params.back().get());
+  }
+  ASSERT_OK(koila_group_backward(g, loss.get(), raw.data(), raw.size()));
+  expect_close(grads(m), eager, "nccl group of one");
+  koila_group_free(g);
+  std::remove(store.c_str());
+}
+
+}  // namespace
+}  // namespace koila_test
