@@ -37,6 +37,7 @@ import copy
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -48,6 +49,12 @@ try:
     from torchvision.ops import StochasticDepth
 except ImportError as e:  # pragma: no cover - reported to CMake
     sys.exit(f"make_corpus.py: torchvision is missing ({e}); scripts/setup.sh installs python3-torchvision")
+
+# PyTorch 2.x deprecates TorchScript: torch.jit.script, trace and load warn (a
+# DeprecationWarning in 2.13, a FutureWarning in 2.14.1) and still work, so nothing has to be
+# set to make this corpus with them. Those warnings alone are silenced here; anything else,
+# a refusal included, is reported as it comes.
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.[a-z_]+` is deprecated")
 
 CLASSES = 10
 IMAGE_CHANNELS = 3

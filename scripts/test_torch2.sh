@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The second configuration: koila built against the LibTorch inside PyTorch 2.14.1's CUDA
+# build (scripts/setup_torch2.sh installs it into a venv outside the clone), with CUDA and
+# NCCL compiled in, on a machine that may have no GPU. Runs the plain ctest suites there,
+# the real-model corpus made by that PyTorch included; tests that need a device skip and say
+# so. Build directory: build-torch2 (or $KOILA_TORCH2_BUILD_DIR). Extra args go to ctest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup_torch2.sh"
+venv=${KOILA_TORCH2_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/koila/venv-torch-2.14.1}
+build=${KOILA_TORCH2_BUILD_DIR:-$root/build-torch2}
+prefix=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+echo "test_torch2: building against $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)') in $build"
+KOILA_BUILD_DIR=$build "$root/scripts/build.sh" -DCMAKE_PREFIX_PATH="$prefix" -DKOILA_CORPUS_PYTHON="$venv/bin/python"
+"$root/scripts/ctest_run.sh" "$build" -j"$(nproc)" "$@"
