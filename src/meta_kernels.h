@@ -1,6 +1,7 @@
-// Shape-only (Meta) kernels for the ATen ops that LibTorch lacks them for (in 1.13: relu,
-// abs, hardtanh and hardswish (also in place), convolution, native_batch_norm,
-// index_select, where, nll_loss2d). Each is
+// Shape-only (Meta) kernels for the ATen ops that LibTorch lacks them for (in 1.13 and
+// 2.14.1 alike: relu, abs, hardtanh and hardswish (also in place), convolution,
+// native_batch_norm, index_select, where (and where.self_out), log_sigmoid_forward,
+// nll_loss2d). Each is
 // registered only when a probe shows LibTorch cannot run the op on the meta device, so
 // newer LibTorch versions keep their own kernels. The backward kernels autograd calls
 // (convolution_backward, native_batch_norm_backward, native_layer_norm_backward, ...) are
@@ -17,8 +18,9 @@ namespace koila {
 // Idempotent and thread-safe; called before any inference.
 void ensure_meta_kernels();
 
-// The ops koila filled in on this LibTorch (1.13: 22 of them; 2.14.1: see
-// docs/BENCHMARKS.md), in the order they were registered.
+// The ops koila filled in on this LibTorch, in the order they were registered: the same 25
+// on 1.13 and 2.14.1, whose C++ library has no more meta kernels for them (PyTorch 2.x
+// registers most of its meta implementations from Python, which LibTorch alone lacks).
 std::vector<std::string> filled_in_meta_kernels();
 
 }  // namespace koila
