@@ -26,19 +26,17 @@ if(KOILA_TORCH_ROOT)
   # Headers of those packages (cuSPARSE, cuBLAS, NCCL, cuDNN), which LibTorch's CUDA headers
   # include and a partial CUDA toolkit may lack.
   file(GLOB KOILA_WHEEL_CUDA_INCLUDE_DIRS LIST_DIRECTORIES true "${_koila_site}/nvidia/*/include")
-  # The CUDA toolkit of the machine (nvcc); a wheel's versioned libraries fill what it lacks.
-  if(NOT DEFINED CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT})
-    find_program(_koila_nvcc nvcc PATHS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
-    if(_koila_nvcc)
-      # /usr/local/bin/nvcc may be a wrapper script: the real one sits in the toolkit.
-      foreach(_koila_candidate /usr/local/cuda $ENV{CUDA_HOME})
-        if(EXISTS "${_koila_candidate}/bin/nvcc")
-          set(CUDA_TOOLKIT_ROOT_DIR "${_koila_candidate}" CACHE PATH "CUDA toolkit")
-          set(CMAKE_CUDA_COMPILER "${_koila_candidate}/bin/nvcc" CACHE FILEPATH "nvcc")
-          break()
-        endif()
-      endforeach()
-    endif()
+  # The CUDA toolkit of the machine (nvcc, cudart); the wheel's libraries fill what it lacks.
+  # /usr/local/bin/nvcc may be a wrapper script, from which CMake's FindCUDA would take
+  # /usr/local for the toolkit: the toolkit's own folder is named when there is one.
+  if(NOT DEFINED CUDA_TOOLKIT_ROOT_DIR AND NOT DEFINED CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT})
+    foreach(_koila_candidate $ENV{CUDA_HOME} /usr/local/cuda)
+      if(EXISTS "${_koila_candidate}/bin/nvcc")
+        set(CUDA_TOOLKIT_ROOT_DIR "${_koila_candidate}" CACHE PATH "CUDA toolkit")
+        set(CMAKE_CUDA_COMPILER "${_koila_candidate}/bin/nvcc" CACHE FILEPATH "nvcc")
+        break()
+      endif()
+    endforeach()
   endif()
   function(_koila_wheel_library var name)
     if(NOT ${var})
@@ -67,5 +65,4 @@ if(KOILA_TORCH_ROOT)
     get_filename_component(_koila_cudnn "${CUDNN_LIBRARY_PATH}/../../include" ABSOLUTE)
     set(CUDNN_INCLUDE_PATH "${_koila_cudnn}" CACHE PATH "cuDNN headers from the PyTorch wheel")
   endif()
-  _koila_wheel_library(KOILA_NCCL_LIBRARY nccl)
 endif()
