@@ -1,14 +1,6 @@
 #include "libtorch_compat.h"
 
-#include <cstring>
-
 namespace koila::compat {
-
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-void Allocator::copy_data(void* dest, const void* src, std::size_t count) const {
-  if (dest != nullptr && src != nullptr) std::memcpy(dest, src, count);
-}
-#endif
 
 int64_t concrete_int(const c10::IValue& v) {
 #if TORCH_VERSION_MAJOR >= 2

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace c10d {
@@ -24,7 +25,9 @@ class Allocator : public c10::Allocator {
  public:
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t bytes) override { return make(bytes); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (dest != nullptr && src != nullptr) std::memcpy(dest, src, count);
+  }
 #else
   c10::DataPtr allocate(size_t bytes) const override { return make(bytes); }
 #endif

@@ -355,9 +355,9 @@ std::unique_ptr<torch::Library>& library() {
   return lib;
 }
 
+// Registers `Kernel` as the Meta kernel of aten::`op` ("name" or "name.overload") and notes it.
 template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
-void fill_in(const char* op, const std::function<void()>& probe) {
-  if (runs_on_meta(probe)) return;
+void register_meta(const char* op) {
   if (!library())
     library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
                                                  __LINE__);
@@ -365,16 +365,16 @@ void fill_in(const char* op, const std::function<void()>& probe) {
   filled().push_back(op);
 }
 
+template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
+void fill_in(const char* op, const std::function<void()>& probe) {
+  if (!runs_on_meta(probe)) register_meta<Kernel>(op);
+}
+
 // Registers `Kernel` for an op that has no kernel of its own for the Meta key.
 template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
 void fill_in_missing(const char* name, const char* overload = "") {
   auto op = c10::Dispatcher::singleton().findSchema({std::string("aten::") + name, overload});
-  if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) return;
-  if (!library())
-    library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
-                                                 __LINE__);
-  library()->impl(name, torch::CppFunction::makeFromBoxedFunction<Kernel>());
-  filled().push_back(name);
+  if (op && !op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) register_meta<Kernel>(name);
 }
 
 void register_all() {
