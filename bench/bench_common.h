@@ -10,7 +10,7 @@
 
 #include "koila.h"
 #include "models.h"
-#include "planner.h"
+#include "plan/planner.h"
 
 namespace bench {
 
@@ -81,7 +81,7 @@ inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koi
   koila_plan* plan = nullptr;
   uint64_t budget = uint64_t{1} << 50;
   if (chunk < batch) {
-    const auto m = mode == KOILA_MODE_TRAINING ? koila::Mode::Training : koila::Mode::Forward;
+    const auto m = mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward;
     budget = memory(device).current + static_cast<uint64_t>(1.15 * koila::estimate_extra(loss->node, m, chunk));
   }
   check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "module.h"
+#include "module/module.h"
 #include "scripted_models.h"
 
 using koila_models::Handle;

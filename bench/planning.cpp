@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "plan_memo.h"
+#include "plan/memo.h"
 
 namespace {
 

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "graph.h"
+#include "graph/graph.h"
 #include "koila.h"
-#include "memory.h"
+#include "memory/cpu_allocator.h"
 #include "models.h"
-#include "plan_estimate.h"
-#include "planner.h"
-#include "types.h"
+#include "plan/estimate.h"
+#include "plan/planner.h"
+#include "api/convert.h"
 
 namespace koila_test {
 
@@ -150,7 +150,7 @@ inline PlanInfo plan_of(const koila_tensor* t, koila_mode mode) {
 
 // Sets the CPU budget to what is held now plus what chunks of `chunk` samples are estimated
 // to need (with the planner's margin and a little more), so the planner picks that chunk.
-inline void budget_for_chunk(const koila_tensor* t, koila::Mode mode, int64_t chunk) {
+inline void budget_for_chunk(const koila_tensor* t, koila::RunMode mode, int64_t chunk) {
   const uint64_t extra = koila::estimate_extra(t->node, mode, chunk);
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(extra * 1.12)));
 }

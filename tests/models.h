@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "graph.h"
+#include "api/handles.h"
+#include "graph/graph.h"
 #include "koila.h"
 
 namespace koila_models {

@@ -2,7 +2,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "executor.h"
+#include "run/executor.h"
 #include "helpers.h"
 
 using namespace koila_test;

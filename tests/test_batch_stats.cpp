@@ -13,9 +13,9 @@
 #include <filesystem>
 
 #include "helpers.h"
-#include "module.h"
-#include "plan_memo.h"
-#include "planner.h"
+#include "module/module.h"
+#include "plan/memo.h"
+#include "plan/planner.h"
 #include "scripted_models.h"
 
 using namespace koila_test;
@@ -115,7 +115,7 @@ TEST(BatchStats, ExactRefusesToSplitAndNamesTheOption) {
   const at::Tensor rm0 = g.running_mean.clone();
   EXPECT_TRUE(node(g.y.get()).couples.empty()) << node(g.y.get()).couples;
   EXPECT_NE(node(g.y.get()).stats_couples.find("normalizes with statistics over the batch"), std::string::npos);
-  budget_for_chunk(g.loss.get(), koila::Mode::Training, 16);
+  budget_for_chunk(g.loss.get(), koila::RunMode::Training, 16);
   koila_plan* p = nullptr;
   auto [code, message] = outcome(koila_plan_new(&p, g.loss.get(), KOILA_MODE_TRAINING));
   EXPECT_EQ(code, KOILA_ERROR_NOT_SPLITTABLE) << message;
@@ -135,7 +135,7 @@ TEST(BatchStats, PerChunkGradientsAndOneUpdateOfTheRunningStatistics) {
   PolicyGuard policy(KOILA_BATCH_STATS_PER_CHUNK);
   BatchNormGraph g(50);
   const at::Tensor rm0 = g.running_mean.clone(), rv0 = g.running_var.clone();
-  budget_for_chunk(g.loss.get(), koila::Mode::Training, 16);
+  budget_for_chunk(g.loss.get(), koila::RunMode::Training, 16);
   const PlanInfo plan = plan_of(g.loss.get(), KOILA_MODE_TRAINING);
   ASSERT_EQ(plan.chunk, 16) << plan.text;
   EXPECT_EQ(plan.chunks, 4) << plan.text;
@@ -157,7 +157,7 @@ TEST(BatchStats, PerChunkGradientsAndOneUpdateOfTheRunningStatistics) {
   expect_close(g.running_var, rv1, "running variance after the backward");
 
   // A chunked read of the loss: the chunks' losses weighted by their share, one more update.
-  budget_for_chunk(g.loss.get(), koila::Mode::Forward, 16);
+  budget_for_chunk(g.loss.get(), koila::RunMode::Forward, 16);
   const PlanInfo read = plan_of(g.loss.get(), KOILA_MODE_FORWARD);
   ASSERT_GT(read.chunks, 1) << read.text;
   double value = 0;
@@ -190,7 +190,7 @@ TEST(BatchStats, FailedAttemptsLeaveTheRunningStatisticsAsTheyWere) {
   PolicyGuard policy(KOILA_BATCH_STATS_PER_CHUNK);
   BatchNormGraph g(64);
   const at::Tensor rm0 = g.running_mean.clone(), rv0 = g.running_var.clone();
-  const uint64_t chunk8 = koila::estimate_extra(g.loss->node, koila::Mode::Training, 8);
+  const uint64_t chunk8 = koila::estimate_extra(g.loss->node, koila::RunMode::Training, 8);
 
   koila::testing::set_estimate_scale(0.001);  // every plan believes the whole batch fits
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + chunk8 + chunk8 / 4));  // chunks of 8 fit, 16 do not
@@ -253,7 +253,7 @@ TEST(BatchStats, ModuleWithCumulativeAverageCountsOneBatch) {
 
   const at::Tensor weight = bn.attr("weight").toTensor(), bias = bn.attr("bias").toTensor();
   const at::Tensor rm0 = bn.attr("running_mean").toTensor().clone(), rv0 = bn.attr("running_var").toTensor().clone();
-  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 8);
   const PlanInfo plan = plan_of(loss.get(), KOILA_MODE_TRAINING);
   ASSERT_EQ(plan.chunks, 4) << plan.text;
   ASSERT_OK(koila_backward(loss.get()));
@@ -338,7 +338,7 @@ TEST(BatchStats, UnroutedModuleBatchNormsFailInsteadOfMisleading) {
   Handle y = CALL(koila_module_forward, &wrapped, in, 1);
   Handle sq = CALL(koila_mul, y.get(), y.get());
   Handle loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
-  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 8);
   koila_status* status = koila_backward(loss.get());
   const koila_code code = koila_status_code(status);
   const std::string message = koila_status_message(status);

@@ -4,12 +4,12 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "chunked_run.h"
-#include "executor.h"
+#include "run/chunked_run.h"
+#include "run/executor.h"
 #include "helpers.h"
-#include "plan_analysis.h"
-#include "plan_memo.h"
-#include "zeroed_grads.h"
+#include "run/analysis.h"
+#include "plan/memo.h"
+#include "run/zeroed_grads.h"
 
 using namespace koila_test;
 
@@ -125,11 +125,11 @@ TEST(ChunkedGrads, MnistMlpSplitsUnderABudgetBelowItsUnsplitNeed) {
   MnistMlp m(9);
   const auto expected = m.eager_grads();
   m.set_grads_zero();
-  const uint64_t unsplit = koila::estimate_extra(m.loss->node, koila::Mode::Training, -1);
+  const uint64_t unsplit = koila::estimate_extra(m.loss->node, koila::RunMode::Training, -1);
   uint64_t chunked = UINT64_MAX;
   int64_t chunk = 0;
   for (int64_t c : {8, 4, 2, 1}) {
-    const uint64_t e = koila::estimate_extra(m.loss->node, koila::Mode::Training, c);
+    const uint64_t e = koila::estimate_extra(m.loss->node, koila::RunMode::Training, c);
     if (e < chunked) chunked = e, chunk = c;
   }
   ASSERT_LT(chunked, unsplit) << "chunks of " << chunk << " are estimated no smaller than the unsplit run";
@@ -163,7 +163,7 @@ TEST(ChunkedGrads, MnistMlpSplitsUnderABudgetBelowItsUnsplitNeed) {
 TEST(ChunkedGrads, ChunkedPeakHoldsAtMostTheLargestGradientMore) {
   MnistMlp m(64, 5);
   const auto expected = m.eager_grads();
-  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
   for (bool zeroed : {true, false}) {
     SCOPED_TRACE(zeroed ? "zeroed .grad" : "absent .grad");
     uint64_t extra[2] = {0, 0};
@@ -192,9 +192,9 @@ TEST(ChunkedGrads, ChunkedPeakHoldsAtMostTheLargestGradientMore) {
 TEST(ChunkedGrads, TheSimulationCountsCreatedGradientsAndSnapshots) {
   MnistMlp m(64, 6);
   auto simulated = [&] {
-    koila::estimate_extra(m.loss->node, koila::Mode::Training, 16);
-    const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
-    auto record = koila::graph_record(m.loss->node, a, koila::Mode::Training);
+    koila::estimate_extra(m.loss->node, koila::RunMode::Training, 16);
+    const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
+    auto record = koila::graph_record(m.loss->node, a, koila::RunMode::Training);
     std::lock_guard<std::mutex> lock(record->mutex);
     return record->simulated.at({16, 2});
   };
@@ -214,7 +214,7 @@ TEST(ChunkedGrads, TheSimulationCountsCreatedGradientsAndSnapshots) {
 TEST(ChunkedGrads, AFailureMidwayLeavesEveryGradAsItWas) {
   MnistMlp m(9, 7);
   const auto expected = m.eager_grads();
-  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
   for (int state = 0; state < 3; ++state) {
     SCOPED_TRACE(m.set_grad_state(state, expected));
     const auto before = m.grads();
@@ -275,7 +275,7 @@ TEST(ChunkedGrads, ExistingGradientsAccumulate) {
     return g;
   };
   m.set_grads_zero();
-  budget_for_chunk(m.loss.get(), koila::Mode::Training, 8);
+  budget_for_chunk(m.loss.get(), koila::RunMode::Training, 8);
   ASSERT_GT(plan_of(m.loss.get(), KOILA_MODE_TRAINING).chunks, 1);
   ASSERT_OK(koila_backward(m.loss.get()));
   expect_grads(m.grads(), expected, "first");
@@ -283,7 +283,7 @@ TEST(ChunkedGrads, ExistingGradientsAccumulate) {
   ASSERT_OK(koila_backward(m.loss.get()));
   expect_grads(m.grads(), times(2), "second");
   // In chunks into held .grad (the snapshot path), with a mean divided at the end.
-  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
   koila::ChunkRun run;
   run.chunk = 8;
   koila::backward_chunks(m.loss->node, a, run);
@@ -293,7 +293,7 @@ TEST(ChunkedGrads, ExistingGradientsAccumulate) {
   h = CALL(koila_relu, h.get());
   h = CALL(koila_linear, h.get(), m.handles[2].get(), m.handles[3].get());
   Handle sum = CALL(koila_cross_entropy, h.get(), m.y.get(), KOILA_REDUCTION_SUM);
-  koila::backward_chunks(sum->node, koila::analysis_of(sum->node, koila::Mode::Training), run);
+  koila::backward_chunks(sum->node, koila::analysis_of(sum->node, koila::RunMode::Training), run);
   expect_grads(m.grads(), times(3 + 24), "sum");
 }
 
@@ -350,7 +350,7 @@ struct TwoHeads {
 TEST(ChunkedGrads, LeavesReachedOnlyByLaterChunksAreAddedAndRestored) {
   TwoHeads m;
   const auto expected = m.eager_grads();
-  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::Mode::Training);
+  const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
   ASSERT_EQ(a.boundaries.size(), 2u);
   koila::ChunkRun run;
   run.chunk = 2;
@@ -362,18 +362,17 @@ TEST(ChunkedGrads, LeavesReachedOnlyByLaterChunksAreAddedAndRestored) {
   for (at::Tensor& p : m.params) p.mutable_grad() = at::Tensor();
   static bool fail_now = false;
   fail_now = false;
-  ASSERT_OK(koila_set_progress(
-      [](void*, const char* what, int64_t done, int64_t) {
-        if (std::string(what) == "backward" && done == 2) fail_now = true;
-      },
-      nullptr));
-  run.progress = true;
+  struct FailAfterSecond : koila::RunObserver {
+    void chunk_done(const char* what, int64_t done, int64_t) override {
+      if (std::string(what) == "backward" && done == 2) fail_now = true;
+    }
+  } watcher;
+  run.observer = &watcher;
   run.leaf = [](const koila::Node& node) {
     if (fail_now) throw std::runtime_error("fails in the third chunk");
     return node.value;
   };
   EXPECT_THROW(koila::backward_chunks(m.loss->node, a, run), std::runtime_error);
-  ASSERT_OK(koila_set_progress(nullptr, nullptr));
   EXPECT_TRUE(fail_now) << "the run did not reach its third chunk";
   const auto after = m.grads();
   for (size_t i = 0; i < after.size(); ++i) EXPECT_FALSE(after[i].defined()) << "gradient " << i << " left behind";

@@ -58,7 +58,7 @@ struct CudaBudgetGuard {
   }
 };
 
-void budget_for_cuda_chunk(const koila_tensor* t, koila::Mode mode, int64_t chunk) {
+void budget_for_cuda_chunk(const koila_tensor* t, koila::RunMode mode, int64_t chunk) {
   const uint64_t extra = koila::estimate_extra(t->node, mode, chunk);
   ASSERT_OK(koila_set_memory_budget("cuda", current_cuda() + static_cast<uint64_t>(extra * 1.12)));
 }
@@ -116,7 +116,7 @@ TEST_P(CudaChunked, EqualEagerAndStayWithinTheBudget) {
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle loss = m.loss(x.get(), y.get());
 
-  budget_for_cuda_chunk(loss.get(), koila::Mode::Training, chunk);
+  budget_for_cuda_chunk(loss.get(), koila::RunMode::Training, chunk);
   const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_EQ(p.chunk, chunk) << p.text;
   EXPECT_NE(p.text.find("cuda"), std::string::npos) << p.text;
@@ -142,12 +142,12 @@ TEST(Cuda, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle loss = m.loss(x.get(), y.get());
 
-  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::RunMode::Training, 16);
   const uint64_t budget = current_cuda() + static_cast<uint64_t>(static_cast<double>(e16) * 1.1);
   ASSERT_OK(koila_set_memory_budget("cuda", budget));
   ASSERT_OK(koila_memory_reset_peak("cuda"));
   koila::testing::set_estimate_scale(0.25);
-  koila::Plan planned = koila::make_plan(loss->node, koila::Mode::Training);
+  koila::Plan planned = koila::make_plan(loss->node, koila::RunMode::Training);
   koila::Plan used;
   EXPECT_NO_THROW(koila::run_backward(loss->node, &used));
   koila::testing::set_estimate_scale(1);

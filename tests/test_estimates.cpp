@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "helpers.h"
-#include "plan_memo.h"
+#include "plan/memo.h"
 
 using namespace koila_test;
 using koila_models::Kind;
@@ -72,8 +72,8 @@ TEST(Estimates, BackendWorkspacesAreCalibratedByARealProbe) {
   EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
   EXPECT_GE(static_cast<double>(m.estimated) * (1 + koila::kMargin), static_cast<double>(m.measured)) << m.text;
   EXPECT_LE(std::abs(error_of(m)), 0.10) << "estimated " << m.estimated << ", measured " << m.measured;
-  const koila::Analysis& a = koila::analysis_of(y->node, koila::Mode::Forward);
-  auto record = koila::graph_record(y->node, a, koila::Mode::Forward);
+  const koila::Analysis& a = koila::analysis_of(y->node, koila::RunMode::Forward);
+  auto record = koila::graph_record(y->node, a, koila::RunMode::Forward);
   uint64_t calibration = 0;
   {
     std::lock_guard<std::mutex> lock(record->calibration->mutex);
@@ -228,7 +228,7 @@ TEST(Estimates, ThreadsShareOneBudget) {
   // once cannot all run unsplit.
   Handle x0 = koila_models::lazy(xs[0], 0), y0 = koila_models::lazy(ys[0], 0);
   Handle loss0 = models[0]->loss(x0.get(), y0.get());
-  const uint64_t one = koila::estimate_extra(loss0->node, koila::Mode::Training, -1);
+  const uint64_t one = koila::estimate_extra(loss0->node, koila::RunMode::Training, -1);
   uint64_t grad_bytes = 0;
   for (const auto& m : models)
     for (const at::Tensor& p : m->params()) grad_bytes += p.numel() * p.element_size();
@@ -273,7 +273,7 @@ TEST(Estimates, ARunRefusedForAnotherThreadsMemoryKeepsItsChunk) {
   const Model m(Kind::MLP, at::kCPU, 41);
   Handle x = koila_models::lazy(m.input(1024), 0), y = koila_models::lazy(m.target(1024), 0);
   Handle loss = m.loss(x.get(), y.get());
-  budget_for_chunk(loss.get(), koila::Mode::Training, 256);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 256);
   const PlanInfo before = plan_of(loss.get(), KOILA_MODE_TRAINING);
   ASSERT_EQ(before.chunk, 256) << before.text;
   uint64_t budget = 0;
@@ -368,7 +368,7 @@ TEST(Estimates, KernelScalarsAreCountedForChunksOfOne) {
   Handle total = CALL(koila_sum, t.get(), nullptr, 0, 0);
   plan_of(total.get(), KOILA_MODE_FORWARD);  // calibrated with room
   const uint64_t before = current_cpu();
-  const uint64_t extra = koila::estimate_extra(total->node, koila::Mode::Forward, 1);
+  const uint64_t extra = koila::estimate_extra(total->node, koila::RunMode::Forward, 1);
   const uint64_t budget = before + static_cast<uint64_t>(std::ceil(static_cast<double>(extra) * (1 + koila::kMargin)));
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   ASSERT_EQ(plan_of(total.get(), KOILA_MODE_FORWARD).chunk, 1);

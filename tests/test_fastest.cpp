@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "chunking_options.h"
-#include "fastest.h"
+#include "plan/chunking_options.h"
+#include "plan/fastest.h"
 #include "helpers.h"
 #include "models.h"
-#include "plan_memo.h"
+#include "plan/memo.h"
 
 using namespace koila_test;
 using koila_models::Kind;
@@ -183,7 +183,7 @@ class Fastest : public ::testing::Test {
   void TearDown() override { m.zero_grad(); }
 
   // The plan of the loss's backward at the start of a step: the .grad a backward finds is
-  // part of the graph's structure (plan_memo.h), and every step here starts without any.
+  // part of the graph's structure (plan/memo.h), and every step here starts without any.
   PlanInfo training_plan() {
     m.zero_grad();
     return plan_of(loss.get(), KOILA_MODE_TRAINING);
@@ -289,7 +289,7 @@ TEST_F(Fastest, ASmallerBudgetLeavesOutWhatNoLongerFits) {
   EXPECT_EQ(step("measured"), 8);
   // Under a budget that fits chunks of 4 but not 8, the fastest of those that fit, from
   // the times already measured: nothing is timed again.
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   const PlanInfo p = training_plan();
   EXPECT_EQ(p.chunk, 4) << p.text;
   EXPECT_TRUE(contains(p.text, "The unsplit run does not fit. KOILA_CHUNK_FASTEST: the largest chunk that fits kept"))
@@ -312,7 +312,7 @@ TEST_F(Fastest, ASmallerBudgetMeasuresTheCandidatesItLetsIn) {
   EXPECT_EQ(step("measured"), 8);
   // Chunks of 4 at most: 4 is measured, 2 and 1 are candidates now and get timed, in two
   // rounds; 2 wins.
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   std::vector<int64_t> used;
   for (int i = 0; i < 6; ++i) used.push_back(step("budget for 4, step " + std::to_string(i + 1)));
   EXPECT_EQ(used, (std::vector<int64_t>{2, 1, 2, 1, 2, 2}));
@@ -321,8 +321,8 @@ TEST_F(Fastest, ASmallerBudgetMeasuresTheCandidatesItLetsIn) {
 TEST_F(Fastest, ARunThatRunsOutOfMemoryRecordsNoTime) {
   // Planned chunks of 8 do not fit for real: the run retries with 4, and times nothing.
   clock.seconds = {{8, 0.5}, {4, 0.4}, {2, 0.45}, {1, 0.6}};
-  const uint64_t e4 = koila::estimate_extra(loss->node, koila::Mode::Training, 4);
-  const uint64_t e8 = koila::estimate_extra(loss->node, koila::Mode::Training, 8);
+  const uint64_t e4 = koila::estimate_extra(loss->node, koila::RunMode::Training, 4);
+  const uint64_t e8 = koila::estimate_extra(loss->node, koila::RunMode::Training, 8);
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(e8 * 1.15)));
   koila::testing::set_cpu_limit(current_cpu() + (e4 + e8) / 2);
   const PlanInfo planned = training_plan();

@@ -14,10 +14,10 @@
 #include <fstream>
 
 #include "helpers.h"
-#include "meta_kernels.h"
-#include "memory.h"
-#include "module.h"
-#include "planner.h"
+#include "graph/meta_kernels.h"
+#include "base/error.h"
+#include "module/module.h"
+#include "plan/planner.h"
 #include "scripted_models.h"
 
 using namespace koila_test;
@@ -134,7 +134,7 @@ TEST(Modules, ForwardEqualsPlainLibTorchUnsplitAndInChunks) {
   }
   EXPECT_TRUE(at::allclose(to_aten(y.get()), expected, 1e-5, 1e-6));
 
-  budget_for_chunk(y.get(), koila::Mode::Forward, 8);
+  budget_for_chunk(y.get(), koila::RunMode::Forward, 8);
   const PlanInfo p = plan_of(y.get(), KOILA_MODE_FORWARD);
   EXPECT_EQ(p.chunk, 8);
   EXPECT_EQ(p.chunks, 5);
@@ -166,7 +166,7 @@ TEST(Modules, ChunkedTrainingGradientsEqualFullBatch) {
     Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
     Handle logits = forward(m.get(), {x.get()});
     Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
-    budget_for_chunk(loss.get(), koila::Mode::Training, chunk);
+    budget_for_chunk(loss.get(), koila::RunMode::Training, chunk);
     const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
     EXPECT_EQ(p.chunk, chunk);
     EXPECT_GT(p.chunks, 4);
@@ -206,7 +206,7 @@ TEST(ModuleEstimates, ChunksOfOneSampleAreCalibratedByTheirOwnProbe) {
   Handle logits = forward(m.get(), {x.get()});
   Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
   plan_of(loss.get(), KOILA_MODE_TRAINING);  // calibrated with room
-  budget_for_chunk(loss.get(), koila::Mode::Training, 1);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 1);
   const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   ASSERT_EQ(p.chunk, 1) << p.text;
   EXPECT_NE(p.text.find("chunks of 1: probed alone"), std::string::npos) << p.text;
@@ -259,7 +259,7 @@ TEST_P(OptimizerLoop, MatchesTorchOptim) {
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle logits = forward(m.get(), {x.get()});
   Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   double first = 0, last = 0;
   for (int step = 0; step < 4; ++step) {
     ASSERT_OK(koila_optimizer_zero_grad(opt.get()));
@@ -366,7 +366,7 @@ TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   EXPECT_TRUE(at::allclose(to_aten(train.get()), normalized * w + b, 1e-4, 1e-5));
   EXPECT_FALSE(at::equal(bn.attr("running_mean").toTensor(), running_mean));
   // Too little memory for the whole batch: not splittable, naming the module.
-  const uint64_t need = koila::estimate_extra(loss->node, koila::Mode::Training, -1);
+  const uint64_t need = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + need / 2));
   auto [code, message] = outcome(koila_backward(loss.get()));
   EXPECT_EQ(code, KOILA_ERROR_NOT_SPLITTABLE);
@@ -377,7 +377,7 @@ TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   // The eval-mode call splits.
   Handle eval_sq = CALL(koila_mul, eval.get(), eval.get());
   Handle eval_loss = CALL(koila_mean, eval_sq.get(), nullptr, 0, 0);
-  budget_for_chunk(eval_loss.get(), koila::Mode::Training, 16);
+  budget_for_chunk(eval_loss.get(), koila::RunMode::Training, 16);
   EXPECT_EQ(plan_of(eval_loss.get(), KOILA_MODE_TRAINING).chunks, 4);
   ASSERT_OK(koila_backward(eval_loss.get()));
   EXPECT_TRUE(bn.attr("weight").toTensor().grad().defined());
@@ -618,7 +618,7 @@ TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   // Training in chunks (measured on real probes when the simulation cannot run the module).
   Handle sq = CALL(koila_mul, y.get(), y.get());
   Handle loss = CALL(koila_sum, sq.get(), nullptr, 0, 0);
-  budget_for_chunk(loss.get(), koila::Mode::Training, 2);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 2);
   koila_plan* p = nullptr;
   ASSERT_OK(koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING));
   EXPECT_EQ(koila_plan_num_chunks(p), 5);
@@ -660,7 +660,7 @@ TEST(Modules, TheCallersOptimizedRunsDoNotReachKoila) {
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle logits = forward(m.get(), {x.get()});
   Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
-  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 8);
   const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_EQ(p.text.find("coarse"), std::string::npos) << p.text;
   EXPECT_EQ(p.chunks, 3) << p.text;

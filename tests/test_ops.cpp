@@ -9,9 +9,9 @@
 #include <set>
 #include <string>
 
-#include "executor.h"
+#include "run/executor.h"
 #include "helpers.h"
-#include "meta_kernels.h"
+#include "graph/meta_kernels.h"
 
 using namespace koila_test;
 using koila::BatchReduction;

@@ -5,12 +5,12 @@
 #include <functional>
 
 #include "helpers.h"
-#include "memory.h"
+#include "memory/cpu_allocator.h"
 #include "models.h"
-#include "node_index.h"
-#include "plan_analysis.h"
-#include "plan_memo.h"
-#include "planner.h"
+#include "base/pointer_index.h"
+#include "run/analysis.h"
+#include "plan/memo.h"
+#include "plan/planner.h"
 
 using namespace koila_test;
 using koila_models::Kind;
@@ -41,12 +41,12 @@ void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
 // must match plain LibTorch's.
 void check_loss_in_chunks(const Model& m, const koila_tensor* loss, int64_t chunk, double expected_value,
                           const std::vector<at::Tensor>& expected_grads, const std::string& what) {
-  budget_for_chunk(loss, koila::Mode::Forward, chunk);
+  budget_for_chunk(loss, koila::RunMode::Forward, chunk);
   double value = 0;
   EXPECT_EQ(plan_of(loss, KOILA_MODE_FORWARD).chunk, chunk) << what;
   ASSERT_OK(koila_tensor_item(loss, &value));
   EXPECT_NEAR(value, expected_value, 1e-4 * std::max(1.0, std::fabs(expected_value))) << what;
-  budget_for_chunk(loss, koila::Mode::Training, chunk);
+  budget_for_chunk(loss, koila::RunMode::Training, chunk);
   EXPECT_EQ(plan_of(loss, KOILA_MODE_TRAINING).chunk, chunk) << what;
   ASSERT_OK(koila_backward(loss));
   expect_close(grads_of(m), expected_grads, 1e-4, 1e-5, what);
@@ -161,8 +161,8 @@ TEST(Plan, PicksTheLargestPowerOfTwoThatFits) {
   const Model m(Kind::MLP);
   Handle x = koila_models::lazy(m.input(100), 0), y = koila_models::lazy(m.target(100), 0);
   Handle logits = m.features(x.get());
-  const uint64_t e16 = koila::estimate_extra(logits->node, koila::Mode::Forward, 16);
-  const uint64_t e32 = koila::estimate_extra(logits->node, koila::Mode::Forward, 32);
+  const uint64_t e16 = koila::estimate_extra(logits->node, koila::RunMode::Forward, 16);
+  const uint64_t e32 = koila::estimate_extra(logits->node, koila::RunMode::Forward, 32);
   ASSERT_LT(e16, e32);
   // Room for chunks of 16 but not 32.
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + (e16 + e32) * 1.1 / 2));
@@ -199,7 +199,7 @@ TEST_P(ChunkedModels, EqualUnsplitAndStayWithinBudget) {
   m.zero_grad();
 
   // Forward in chunks.
-  budget_for_chunk(logits.get(), koila::Mode::Forward, chunk);
+  budget_for_chunk(logits.get(), koila::RunMode::Forward, chunk);
   PlanInfo p = plan_of(logits.get(), KOILA_MODE_FORWARD);
   EXPECT_EQ(p.chunk, chunk) << p.text;
   EXPECT_EQ(p.chunks, chunks) << p.text;
@@ -217,7 +217,7 @@ TEST_P(ChunkedModels, EqualUnsplitAndStayWithinBudget) {
   EXPECT_NEAR(value, m.eager_loss(xs, ys).item<double>(), 1e-5);
 
   // Training in chunks.
-  budget_for_chunk(loss.get(), koila::Mode::Training, chunk);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, chunk);
   p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_EQ(p.chunk, chunk) << p.text;
   ASSERT_OK(koila_memory_reset_peak("cpu"));
@@ -231,7 +231,7 @@ TEST_P(ChunkedModels, EqualUnsplitAndStayWithinBudget) {
   m.zero_grad();
   ASSERT_OK(koila_backward(loss.get()));
   expect_close(grads_of(m), eager_grads, 1e-4, 1e-6, "unsplit");
-  budget_for_chunk(loss.get(), koila::Mode::Training, chunk * 2);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, chunk * 2);
   ASSERT_OK(koila_backward(loss.get()));
   std::vector<at::Tensor> doubled;
   for (const at::Tensor& g : eager_grads) doubled.push_back(g * 2);
@@ -288,10 +288,10 @@ TEST(Chunked, PermutedBatchDimAndLiteralReshape) {
   const at::Tensor expected_grad = w.grad().clone();
   w.mutable_grad() = at::Tensor();
 
-  budget_for_chunk(o.get(), koila::Mode::Forward, 4);
+  budget_for_chunk(o.get(), koila::RunMode::Forward, 4);
   EXPECT_EQ(plan_of(o.get(), KOILA_MODE_FORWARD).chunks, 6);
   EXPECT_TRUE(at::allclose(to_aten(o.get()), expected.detach(), 1e-5, 1e-6));
-  budget_for_chunk(loss.get(), koila::Mode::Training, 8);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 8);
   EXPECT_EQ(plan_of(loss.get(), KOILA_MODE_TRAINING).chunks, 3);
   ASSERT_OK(koila_backward(loss.get()));
   EXPECT_TRUE(at::allclose(w.grad(), expected_grad, 1e-5, 1e-6)) << (w.grad() - expected_grad).abs().max();
@@ -340,7 +340,7 @@ TEST(Chunked, MaxAndMinOverTheBatchForward) {
   Handle s = CALL(koila_sum, e.get(), d0, 1, 1);
   for (auto [h, expected] : std::vector<std::pair<const koila_tensor*, at::Tensor>>{
            {mx.get(), xs.exp().amax(0)}, {mn.get(), xs.exp().amin()}, {s.get(), xs.exp().sum(0, true)}}) {
-    budget_for_chunk(h, koila::Mode::Forward, 64);
+    budget_for_chunk(h, koila::RunMode::Forward, 64);
     EXPECT_EQ(plan_of(h, KOILA_MODE_FORWARD).chunks, 8);
     EXPECT_TRUE(at::allclose(to_aten(h), expected, 1e-5, 1e-5));
   }
@@ -446,9 +446,9 @@ class OutOfMemory : public ::testing::Test {
 TEST_F(OutOfMemory, RealOutOfMemoryRetriesWithHalfTheChunk) {
   // The planner believes chunks of 16 fit, but the device holds only what chunks of 4 need:
   // the run hits real out-of-memory errors and retries with 8, then 4.
-  const uint64_t e4 = koila::estimate_extra(loss->node, koila::Mode::Training, 4);
-  const uint64_t e8 = koila::estimate_extra(loss->node, koila::Mode::Training, 8);
-  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t e4 = koila::estimate_extra(loss->node, koila::RunMode::Training, 4);
+  const uint64_t e8 = koila::estimate_extra(loss->node, koila::RunMode::Training, 8);
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::RunMode::Training, 16);
   const uint64_t limit = current_cpu() + (e4 + e8) / 2;
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + (e16 * 1.15)));
   koila::testing::set_cpu_limit(limit);
@@ -473,13 +473,13 @@ TEST_F(OutOfMemory, RealOutOfMemoryRetriesWithHalfTheChunk) {
 // refused attempts held is released (LibTorch keeps a failed backward's pending work until
 // the thread's next backward unless koila releases it).
 TEST_F(OutOfMemory, TheBudgetIsAHardLimitWhenEstimatesFallShort) {
-  const uint64_t e16 = koila::estimate_extra(loss->node, koila::Mode::Training, 16);
+  const uint64_t e16 = koila::estimate_extra(loss->node, koila::RunMode::Training, 16);
   const uint64_t before = current_cpu();
   const uint64_t budget = before + static_cast<uint64_t>(static_cast<double>(e16) * 1.1);
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   ASSERT_OK(koila_memory_reset_peak("cpu"));
   koila::testing::set_estimate_scale(0.25);  // every estimate 4 times too low
-  koila::Plan planned = koila::make_plan(loss->node, koila::Mode::Training);
+  koila::Plan planned = koila::make_plan(loss->node, koila::RunMode::Training);
   koila::Plan used;
   EXPECT_NO_THROW(koila::run_backward(loss->node, &used));
   koila::testing::set_estimate_scale(1);
@@ -522,26 +522,26 @@ TEST(Plan, TheStructureKeyFollowsWhatChangesAfterBuilding) {
   Handle x = koila_models::lazy(m.input(8), 0), y = koila_models::lazy(m.target(8), 0);
   Handle loss = m.loss(x.get(), y.get());
   const koila::NodePtr& root = loss->node;
-  const koila::Analysis& a = koila::analysis_of(root, koila::Mode::Training);
+  const koila::Analysis& a = koila::analysis_of(root, koila::RunMode::Training);
   m.zero_grad();
   const at::Tensor& p = m.params()[0];
   p.mutable_grad() = at::Tensor();
-  const auto absent = koila::graph_record(root, a, koila::Mode::Training);
-  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  const auto absent = koila::graph_record(root, a, koila::RunMode::Training);
+  EXPECT_EQ(koila::graph_record(root, a, koila::RunMode::Training), absent);
   p.mutable_grad() = at::ones_like(p);
-  const auto held = koila::graph_record(root, a, koila::Mode::Training);
+  const auto held = koila::graph_record(root, a, koila::RunMode::Training);
   EXPECT_NE(held, absent);
   p.mutable_grad() = at::Tensor();
-  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  EXPECT_EQ(koila::graph_record(root, a, koila::RunMode::Training), absent);
   p.requires_grad_(false);
-  const auto frozen = koila::graph_record(root, a, koila::Mode::Training);
+  const auto frozen = koila::graph_record(root, a, koila::RunMode::Training);
   p.requires_grad_(true);
   EXPECT_NE(frozen, absent);
-  EXPECT_EQ(koila::graph_record(root, a, koila::Mode::Training), absent);
+  EXPECT_EQ(koila::graph_record(root, a, koila::RunMode::Training), absent);
   // The same structure built again finds the same record.
   Handle again = m.loss(x.get(), y.get());
-  EXPECT_EQ(koila::graph_record(again->node, koila::analysis_of(again->node, koila::Mode::Training),
-                                koila::Mode::Training),
+  EXPECT_EQ(koila::graph_record(again->node, koila::analysis_of(again->node, koila::RunMode::Training),
+                                koila::RunMode::Training),
             absent);
 }
 
@@ -591,7 +591,7 @@ TEST(Plan, MeasuredEstimateWhenTheSimulationFails) {
   m.zero_grad();
   // In chunks of 4: within the budget.
   Handle chunked = m.loss(x.get(), y.get());
-  budget_for_chunk(chunked.get(), koila::Mode::Training, 4);
+  budget_for_chunk(chunked.get(), koila::RunMode::Training, 4);
   uint64_t budget = 0;
   ASSERT_OK(koila_memory_budget("cpu", &budget));
   ASSERT_EQ(plan_of(chunked.get(), KOILA_MODE_TRAINING).chunks, 4);
@@ -612,14 +612,14 @@ TEST(Estimates, MseLossCountsTheTemporariesOfItsKernel) {
   Handle h = CALL(koila_mul, x.get(), param.get());
   for (koila_reduction r : {KOILA_REDUCTION_SUM, KOILA_REDUCTION_MEAN}) {
     Handle loss = CALL(koila_mse_loss, h.get(), t.get(), r);
-    for (koila::Mode mode : {koila::Mode::Forward, koila::Mode::Training}) {
+    for (koila::RunMode mode : {koila::RunMode::Forward, koila::RunMode::Training}) {
       SCOPED_TRACE(std::string(r == KOILA_REDUCTION_SUM ? "sum" : "mean") +
-                   (mode == koila::Mode::Forward ? ", forward" : ", training"));
+                   (mode == koila::RunMode::Forward ? ", forward" : ", training"));
       p.mutable_grad() = at::Tensor();
       const uint64_t estimated = koila::estimate_extra(loss->node, mode, -1);
       const uint64_t before = current_cpu();
       ASSERT_OK(koila_memory_reset_peak("cpu"));
-      if (mode == koila::Mode::Forward) {
+      if (mode == koila::RunMode::Forward) {
         double v = 0;
         ASSERT_OK(koila_tensor_item(loss.get(), &v));
       } else {

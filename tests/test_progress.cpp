@@ -7,8 +7,8 @@
 
 #include "helpers.h"
 #include "models.h"
-#include "plan_estimate.h"
-#include "plan_memo.h"
+#include "plan/estimate.h"
+#include "plan/memo.h"
 
 using namespace koila_test;
 using koila_models::Kind;
@@ -80,7 +80,7 @@ class Progress : public ::testing::Test {
 
 TEST_F(Progress, ChunkedForwardReportsEachChunk) {
   Handle logits = m.features(x.get());
-  budget_for_chunk(logits.get(), koila::Mode::Forward, 4);
+  budget_for_chunk(logits.get(), koila::RunMode::Forward, 4);
   const PlanInfo p = plan_of(logits.get(), KOILA_MODE_FORWARD);
   ASSERT_GT(p.chunks, 1) << p.text;
   EXPECT_TRUE(rec.calls.empty()) << "estimating and planning (probes included) report nothing";
@@ -93,7 +93,7 @@ TEST_F(Progress, ChunkedForwardReportsEachChunk) {
 
 TEST_F(Progress, ChunkedBackwardReportsEachChunk) {
   Handle loss = m.loss(x.get(), y.get());  // the loss is the batch boundary: no combining pass
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   ASSERT_GT(p.chunks, 1) << p.text;
   EXPECT_TRUE(rec.calls.empty()) << "planning reports nothing";
@@ -106,7 +106,7 @@ TEST_F(Progress, ChunkedBackwardReportsEachChunk) {
 TEST_F(Progress, CombiningPassCountsAsForwardThenBackward) {
   Handle mean = m.loss(x.get(), y.get());
   Handle loss = CALL(koila_mul, mean.get(), mean.get());  // computed from the combined mean
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
   ASSERT_GT(p.chunks, 1) << p.text;
   ASSERT_OK(koila_backward(loss.get()));
@@ -116,7 +116,7 @@ TEST_F(Progress, CombiningPassCountsAsForwardThenBackward) {
   m.zero_grad();
   // Evaluating it: the combining pass alone, as "forward".
   rec.clear();
-  budget_for_chunk(loss.get(), koila::Mode::Forward, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Forward, 4);
   const PlanInfo f = plan_of(loss.get(), KOILA_MODE_FORWARD);
   double value = 0;
   ASSERT_OK(koila_tensor_item(loss.get(), &value));
@@ -145,7 +145,7 @@ TEST_F(Progress, PlanningAloneReportsNothing) {
   koila::testing::forget_graph_records();  // so the plans below run their real probes
   Handle loss = m.loss(x.get(), y.get());
   const uint64_t probes = koila::testing::probes_run();
-  budget_for_chunk(loss.get(), koila::Mode::Training, 2);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 2);
   EXPECT_GT(plan_of(loss.get(), KOILA_MODE_TRAINING).chunks, 1);
   EXPECT_GT(plan_of(loss.get(), KOILA_MODE_FORWARD).chunks, 0);
   EXPECT_GT(koila::testing::probes_run(), probes) << "the plans should have probed";
@@ -155,7 +155,7 @@ TEST_F(Progress, PlanningAloneReportsNothing) {
 TEST_F(Progress, NullTurnsItOff) {
   Handle loss = m.loss(x.get(), y.get());
   ASSERT_OK(koila_set_progress(nullptr, &rec));
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   ASSERT_OK(koila_backward(loss.get()));
   double value = 0;
   ASSERT_OK(koila_tensor_item(loss.get(), &value));
@@ -165,7 +165,7 @@ TEST_F(Progress, NullTurnsItOff) {
 
 TEST_F(Progress, CalledOnTheThreadRunningIt) {
   Handle loss = m.loss(x.get(), y.get());
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   std::thread::id runner;
   koila_status* s = nullptr;
   std::thread t([&] {
@@ -182,8 +182,8 @@ TEST_F(Progress, CalledOnTheThreadRunningIt) {
 TEST_F(Progress, OutOfMemoryRetryRestartsTheCount) {
   // Planned chunks of 8 do not fit for real: the run retries with 4 and counts again.
   Handle loss = m.loss(x.get(), y.get());
-  const uint64_t e4 = koila::estimate_extra(loss->node, koila::Mode::Training, 4);
-  const uint64_t e8 = koila::estimate_extra(loss->node, koila::Mode::Training, 8);
+  const uint64_t e4 = koila::estimate_extra(loss->node, koila::RunMode::Training, 4);
+  const uint64_t e8 = koila::estimate_extra(loss->node, koila::RunMode::Training, 8);
   ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(e8 * 1.15)));
   koila::testing::set_cpu_limit(current_cpu() + (e4 + e8) / 2);
   koila::Plan used;
@@ -203,7 +203,7 @@ TEST_F(Progress, CallbackMayCallKoilaButNotRunIt) {
   Handle other = m.loss(x.get(), y.get());
   rec.lazy = other.get();
   rec.clear_on_first = true;  // turning progress off from the callback takes effect at once
-  budget_for_chunk(loss.get(), koila::Mode::Training, 4);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 4);
   ASSERT_OK(koila_backward(loss.get()));
   ASSERT_EQ(rec.calls.size(), 1u);
   ASSERT_EQ(rec.nested.size(), 1u);

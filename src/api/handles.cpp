@@ -1,0 +1,19 @@
+#include "api/handles.h"
+
+#include <string>
+
+#include "base/error.h"
+
+namespace koila {
+
+koila_tensor* new_handle(NodePtr node) { return new koila_tensor{std::move(node)}; }
+
+const NodePtr& node_of(const koila_tensor* t, const char* what) {
+  if (t == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is NULL");
+  if (!t->node) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is not a valid tensor");
+  return t->node;
+}
+
+NodePtr optional_node(const koila_tensor* t) { return t ? node_of(t, "optional tensor") : nullptr; }
+
+}  // namespace koila

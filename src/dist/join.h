@@ -1,0 +1,22 @@
+// Internal to dist/ (only src/dist/*.cpp include it; not part of koila's interface): joining
+// a group. The rendezvous (c10d's TCPStore for tcp://HOST:PORT, FileStore for file:///PATH),
+// the Gloo or NCCL process group made on it, and a first agreement round that returns only
+// once every rank is there.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dist/comm.h"
+
+namespace koila::dist {
+
+// The joined group's communication, as rank `rank` of `size`. Fails with
+// KOILA_ERROR_INVALID_ARGUMENT for an unknown backend or a malformed init,
+// KOILA_ERROR_UNSUPPORTED for a backend this build lacks, and KOILA_ERROR_IO when the
+// others do not come within `timeout`.
+std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
+                                  std::chrono::milliseconds timeout);
+
+}  // namespace koila::dist

@@ -1,0 +1,33 @@
+// What tensors hold on each device, and what it could still give out.
+//
+// CPU bytes are counted by a tracking allocator installed in front of LibTorch's default
+// CPU allocator when the library loads (cpu_allocator.h). CUDA figures come from LibTorch's
+// caching allocator, when koila is built against a CUDA LibTorch (KOILA_WITH_CUDA).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace koila {
+
+struct MemoryStats {
+  uint64_t current = 0;  // bytes held by tensors now
+  uint64_t peak = 0;     // most held at once since the last reset
+};
+
+MemoryStats memory_stats(const c10::Device& device);
+void reset_peak(const c10::Device& device);
+
+// Bytes the device could still give out: for CPU what the kernel reports available, for
+// CUDA what the driver reports free plus what the caching allocator holds unused.
+uint64_t free_bytes(const c10::Device& device);
+
+// "cuda" means the current CUDA device: budgets and stats are kept per device index.
+c10::Device canonical_device(c10::Device device);
+
+// Gives back what a device's allocator caches unused (CUDA's caching allocator), before a
+// run retries with a smaller chunk; nothing to do on the CPU.
+void release_cached_memory(const c10::Device& device);
+
+}  // namespace koila

@@ -1,0 +1,33 @@
+// Internal to module/ (only src/module/*.cpp include it; not part of koila's interface):
+// what a module call's node knows of its result without running it for real: its shape and
+// dtype from a run on meta tensors, and where the batch goes from a second run on meta
+// tensors of another batch size (the one output dim that follows the batch size carries
+// it). Where meta tensors cannot tell, and to check that the module keeps samples apart, a
+// probe runs it on a few real samples (probe.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "module/call.h"
+
+namespace koila::module_detail {
+
+// Where the batch goes through the call, and whether the module keeps samples apart: found
+// by infer_call, read by the node's batch rule.
+struct Inference {
+  BatchResult batch;
+};
+
+// The call's result for the arguments `in` of its node `self` (the node's OpSpec::infer);
+// fills in `inference`.
+Meta infer_call(const Call& call, Inference& inference, const std::vector<const Meta*>& in, const Node& self);
+
+// The one dim of `a` (batch `na`) and `b` (batch `nb`) that follows the batch size, or -1
+// with `*why` saying why there is none.
+int64_t batch_dim_between(const std::vector<int64_t>& a, int64_t na, const std::vector<int64_t>& b, int64_t nb,
+                          std::string* why);
+
+}  // namespace koila::module_detail

@@ -1,0 +1,38 @@
+// Internal to module/ (only src/module/*.cpp include it; not part of koila's interface): one
+// call of a TorchScript module in the lazy graph, everything its node's functions share, and
+// how it runs. module_forward.cpp builds it; batch_inference.cpp and probe.cpp run it.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+#include "koila.h"
+
+namespace koila::module_detail {
+
+// Everything one module call needs, shared by its node's functions.
+struct Call {
+  torch::jit::Module module;  // a twin of the caller's module taken when the call was built (same tensors)
+  std::string name;
+  size_t n_inputs = 0;
+  Tensors state;                                             // every tensor the module holds, once each
+  std::unordered_map<const c10::TensorImpl*, size_t> index;  // state tensor -> position
+  std::string input_text;                                    // the caller's inputs, for messages
+  std::vector<std::string> batch_norms;                      // names of the batch norm layers that train
+  Tensors batch_norm_counters;                               // their num_batches_tracked
+  Tensors batch_norm_buffers;                                // their running_mean and running_var
+};
+
+// Runs the module's forward on args = [inputs..., state...]. When the state given is the
+// module's own, the module itself runs; otherwise (meta stand-ins, probe copies) a twin
+// holding the given tensors does; `batch_norm_eval` switches its training batch norm
+// layers to evaluation. What LibTorch throws becomes a koila::Error with code `fallback`
+// (KOILA_ERROR_OUT_OF_MEMORY when memory ran out).
+at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
+                    bool batch_norm_eval = false);
+
+}  // namespace koila::module_detail

@@ -1,0 +1,51 @@
+#include "module/call_errors.h"
+
+#include "base/error.h"
+
+namespace koila::module_detail {
+
+void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs) {
+  const auto method = m.module.find_method("forward");
+  if (!method) fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has no forward method");
+  const c10::FunctionSchema& schema = method->function().getSchema();
+  if (schema.returns().size() != 1 || !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
+    fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has forward " + c10::toString(schema) +
+                                      "; koila_module_forward needs a forward that returns one tensor");
+  std::vector<c10::IValue> stack{m.module._ivalue()};
+  for (const NodePtr& in : inputs) stack.emplace_back(meta_tensor(in->meta));
+  try {
+    schema.checkAndNormalizeInputs(stack, {});
+  } catch (const std::exception& e) {
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call.name + ": " + torch_complaint(e));
+  }
+  for (const NodePtr& in : inputs)
+    if (in->meta.device != m.device)
+      fail(KOILA_ERROR_DEVICE,
+           "module " + call.name + " is on " + m.device.str() + " but an input is on " + in->meta.device.str());
+}
+
+void fail_clone(const Call& call, const std::exception& e) {
+  fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " cannot be cloned: " + torch_complaint(e));
+}
+
+void fail_nothing_to_run(const Call& call) {
+  fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call.name + " holds no tensor and got no input");
+}
+
+void fail_forward(const Call& call, const std::exception& e, koila_code fallback) {
+  const std::string text = torch_complaint(e);
+  fail(is_out_of_memory(e, text) ? KOILA_ERROR_OUT_OF_MEMORY : fallback,
+       "module " + call.name + " (inputs " + call.input_text + "): " + text);
+}
+
+void fail_result(const Call& call, const c10::IValue& result) {
+  fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " returned " + result.tagKind() +
+                                    "; koila_module_forward needs a module whose forward returns one tensor");
+}
+
+void fail_uninferable(const Call& call, const std::string& meta_failure, const std::string& why, int64_t batch) {
+  fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " cannot run on meta tensors (" + meta_failure + ") and " +
+                                    why + ", so koila cannot infer its result for a batch of " + std::to_string(batch));
+}
+
+}  // namespace koila::module_detail

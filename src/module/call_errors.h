@@ -1,0 +1,39 @@
+// Internal to module/ (only src/module/*.cpp include it; not part of koila's interface):
+// what a module call says when it fails. Every message names the module ("module X ...").
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "koila.h"
+#include "module/call.h"
+#include "module/module.h"
+
+namespace koila::module_detail {
+
+// The checks made before a call is built: the module has a forward that returns one tensor
+// and accepts `inputs` (its own message where not), and `inputs` are on the module's device.
+void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs);
+
+// The module cannot be cloned for koila to run (KOILA_ERROR_UNSUPPORTED).
+[[noreturn]] void fail_clone(const Call& call, const std::exception& e);
+
+// The module holds no tensor and the call got no input: there is nothing to build a node of.
+[[noreturn]] void fail_nothing_to_run(const Call& call);
+
+// The module's forward threw `e` while running: "module X (inputs ...): <LibTorch's message>",
+// KOILA_ERROR_OUT_OF_MEMORY when memory ran out, else `fallback`.
+[[noreturn]] void fail_forward(const Call& call, const std::exception& e, koila_code fallback);
+
+// The module's forward returned `result`, not one tensor (KOILA_ERROR_UNSUPPORTED).
+[[noreturn]] void fail_result(const Call& call, const c10::IValue& result);
+
+// The module cannot run on meta tensors (`meta_failure`), and a probe on fewer samples than
+// `batch` cannot show where the batch goes (`why`): its result for `batch` is unknown
+// (KOILA_ERROR_UNSUPPORTED).
+[[noreturn]] void fail_uninferable(const Call& call, const std::string& meta_failure, const std::string& why,
+                                   int64_t batch);
+
+}  // namespace koila::module_detail

@@ -1,0 +1,50 @@
+// TorchScript modules in the lazy graph. A module call is one node whose inputs are the
+// caller's tensors followed by every tensor the module holds (parameters, buffers), so
+// that the planner sees the module's state like any other leaf: its simulation swaps in
+// meta stand-ins, and gradients reach the real parameters.
+//
+// When the call is built, koila learns what it cannot read off the module:
+//   - the result's shape and dtype, by running the module on meta tensors (with the Meta
+//     kernels LibTorch lacks filled in, see meta_kernels.h), or, when some op inside has
+//     no Meta kernel at all, on a probe of a few real samples;
+//   - where the batch goes, by running it on meta tensors of a second batch size: the one
+//     output dim that follows the batch size carries the batch;
+//   - that the module keeps samples apart, by a probe on a few real samples: changing one
+//     sample must leave every other sample's output exactly as it was. A module that mixes
+//     samples (batch norm in training, a reduction over the batch) couples the batch.
+// Probes run without gradients, on copies of the module's buffers, with the random
+// generators restored afterwards: building a call changes nothing the caller can see.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace koila {
+
+// A TorchScript module loaded by koila_module_load.
+struct LoadedModule {
+  torch::jit::Module module;
+  c10::Device device = c10::Device(c10::kCPU);
+  // The module koila runs: a clone with its own types and methods (and so its own graph
+  // executors, which koila always runs unoptimized), sharing every tensor. Made at the
+  // first call; the caller's module may meanwhile run optimized plans of its own.
+  std::optional<torch::jit::Module> runnable = std::nullopt;
+};
+
+// The node for `m.forward(inputs...)` (computed at once when no input is lazy). The call
+// runs the module as it is now (training flags and other attributes are captured);
+// parameters and buffers are shared, so later updates to them are seen.
+NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs);
+
+// Sets the `training` flag of the module and of every submodule that has one.
+void set_training(const torch::jit::Module& module, bool on);
+
+// The module's type name without TorchScript's "__torch__." prefix.
+std::string module_name(const torch::jit::Module& module);
+
+}  // namespace koila

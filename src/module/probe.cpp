@@ -1,0 +1,192 @@
+#include "module/probe.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include "base/text.h"
+#include "graph/batch_rules.h"
+#include "module/batch_inference.h"
+#include "module/call_errors.h"
+#include "run/executor.h"
+
+namespace koila::module_detail {
+
+namespace {
+
+// The seed every probe run starts from, so that random ops (dropout) draw the same masks
+// for the same shapes and only the perturbed sample differs.
+constexpr uint64_t kProbeSeed = 0x6b6f696c61ull;
+
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  if (at::isFloatingType(a.scalar_type()))
+    return at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-4, 1e-6, /*equal_nan=*/true);
+  return at::equal(a, b);
+}
+
+// Why the probe's module mixes samples across the batch (changing one sample changes
+// another's result), or empty when it keeps them apart; `base` is its result on the probe.
+std::string mixing(Probe& probe, const at::Tensor& base, int64_t out_dim) {
+  const int64_t samples = probe.samples();
+  bool shown = false;
+  for (int64_t j = 0; j < samples; ++j) {
+    const std::optional<Tensors> changed = probe.perturbed(j);
+    if (!changed) continue;
+    shown = true;
+    const at::Tensor result = probe.run(*changed);
+    for (int64_t i = 0; i < samples; ++i) {
+      if (i == j || same_values(result.select(out_dim, i), base.select(out_dim, i))) continue;
+      return "mixes samples across the batch: in a probe on " + std::to_string(samples) + " samples, changing sample " +
+             std::to_string(j) + " changed the result for sample " + std::to_string(i) +
+             " (as batch norm in training or a reduction over the batch do)";
+    }
+  }
+  if (!shown) return "cannot be shown to keep samples apart: the samples koila probed it with are all the same";
+  return {};
+}
+
+}  // namespace
+
+Probe::Probe(const Call& call, const Node& self, int64_t samples)
+    : call_(call), samples_(samples), random_(self.meta.device) {
+  module_state_ = call.state;
+  for (at::Tensor& t : module_state_)
+    if (!t.requires_grad()) t = t.clone();
+  inputs_ = probe_inputs(self);
+}
+
+at::Tensor Probe::run(const Tensors& inputs, int64_t n) {
+  c10::NoGradGuard no_grad;
+  Tensors args;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t bd = batch_dims_[i];
+    args.push_back(n >= 0 && bd >= 0 ? inputs[i].narrow(bd, 0, n) : inputs[i]);
+  }
+  args.insert(args.end(), module_state_.begin(), module_state_.end());
+  random_.reseed(kProbeSeed);
+  return run_call(call_, args, KOILA_ERROR_SHAPE, batch_norm_eval_);
+}
+
+std::optional<Tensors> Probe::perturbed(int64_t j) const {
+  Tensors changed = inputs_;
+  bool any = false;
+  for (size_t i = 0; i < changed.size(); ++i) {
+    const int64_t bd = batch_dims_[i];
+    if (bd < 0) continue;
+    at::Tensor t = changed[i].clone();
+    at::Tensor sample = t.select(bd, j);
+    at::Tensor replacement;
+    if (at::isFloatingType(t.scalar_type())) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed + static_cast<uint64_t>(j));
+      replacement =
+          sample + at::randn(sample.sizes(), generator, at::TensorOptions().dtype(at::kFloat)).to(sample.options());
+    } else if (t.scalar_type() == at::kBool) {
+      replacement = sample.logical_not();
+    } else {
+      // Integers (indices, tokens): values the caller's data already holds, so that they
+      // stay valid. Another position of the same sample, else another sample.
+      replacement = sample.numel() > 1 ? sample.flatten().roll(1).view(sample.sizes()) : sample;
+      if (at::equal(replacement, sample)) replacement = t.select(bd, (j + 1) % samples_);
+    }
+    if (at::equal(replacement, sample)) continue;
+    sample.copy_(replacement);
+    changed[i] = t;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return changed;
+}
+
+Tensors Probe::probe_inputs(const Node& self) {
+  std::vector<const Node*> lazy;
+  for (size_t i = 0; i < call_.n_inputs; ++i) {
+    const Node* in = self.inputs[i].get();
+    batch_dims_.push_back(in->meta.batch_dim);
+    if (in->lazy()) lazy.push_back(in);
+  }
+  Tensors values;
+  try {
+    EvalOptions options;
+    options.chunk_length = samples_;
+    values = evaluate(lazy, options);
+  } catch (const std::exception&) {
+    values.clear();
+  }
+  Tensors inputs;
+  size_t next = 0;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed);
+  for (size_t i = 0; i < call_.n_inputs; ++i) {
+    const Node* in = self.inputs[i].get();
+    if (!in->lazy()) {
+      inputs.push_back(in->value);
+      continue;
+    }
+    if (!values.empty()) {
+      inputs.push_back(values[next++]);
+      continue;
+    }
+    std::vector<int64_t> shape = in->meta.shape;
+    if (in->meta.batch_dim >= 0) shape[in->meta.batch_dim] = samples_;
+    const auto options = at::TensorOptions().dtype(in->meta.dtype).device(in->meta.device);
+    inputs.push_back(at::isFloatingType(in->meta.dtype)
+                         ? at::randn(shape, generator, at::TensorOptions().dtype(at::kFloat)).to(options)
+                         : at::zeros(shape, options));
+  }
+  return inputs;
+}
+
+int64_t probe_batch_dim(const Call& call, Probe& probe, const at::Tensor& full, int64_t batch,
+                        const std::string& meta_failure, Meta* out, std::string* why) {
+  const int64_t samples = probe.samples();
+  *out = meta_of(full);
+  if (samples == 1) {
+    // A batch of one sample is never split; its result is the probe's.
+    *why = "cannot be shown to keep the batch (" + meta_failure + ")";
+    return -1;
+  }
+  const at::Tensor fewer = probe.run(samples - 1);
+  const int64_t out_dim = batch_dim_between(full.sizes().vec(), samples, fewer.sizes().vec(), samples - 1, why);
+  if (out_dim < 0) {
+    if (samples == batch) return -1;
+    fail_uninferable(call, meta_failure, *why, batch);
+  }
+  out->shape[out_dim] = batch;
+  return out_dim;
+}
+
+BatchResult samples_kept_apart(const Call& call, Probe& probe, const at::Tensor& base, const Meta& out,
+                               int64_t out_dim) {
+  const int64_t samples = probe.samples();
+  std::vector<int64_t> expected = out.shape;
+  expected[out_dim] = samples;
+  if (base.sizes() != at::IntArrayRef(expected))
+    return batch::couple("returned " + shape_string(base.sizes()) + " on a probe of " + std::to_string(samples) +
+                         " samples where " + shape_string(expected) + " was inferred");
+  const std::string mixed = mixing(probe, base, out_dim);
+  if (mixed.empty()) {
+    BatchResult kept;
+    kept.batch_dim = out_dim;
+    return kept;
+  }
+  if (!call.batch_norms.empty()) {
+    // Batch norm in training mixes samples through its statistics only: when the module
+    // keeps samples apart with those layers evaluating, nothing else mixes them.
+    probe.set_batch_norm_eval(true);
+    const at::Tensor evaluating = probe.run();
+    const bool only_batch_norm = mixing(probe, evaluating, out_dim).empty();
+    probe.set_batch_norm_eval(false);
+    if (only_batch_norm) {
+      std::string names;
+      for (size_t k = 0; k < call.batch_norms.size() && k < 3; ++k) names += (k ? ", " : "") + call.batch_norms[k];
+      if (call.batch_norms.size() > 3) names += ", ... (" + std::to_string(call.batch_norms.size()) + " layers)";
+      BatchResult stats;
+      stats.batch_dim = out_dim;
+      stats.stats_couples =
+          "normalizes with statistics over the batch in its BatchNorm layers in training (" + names + ")";
+      return stats;
+    }
+  }
+  return batch::couple(mixed);
+}
+
+}  // namespace koila::module_detail

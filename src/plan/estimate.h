@@ -1,0 +1,118 @@
+// Estimates of the bytes a run of a graph takes beyond what is in use when it starts, for
+// a chunk size, and where each figure came from:
+//   - simulated: the run's own chunk strategy (chunked_run.h) executed on meta tensors of
+//     the chunk's size, first two chunks, while a counting allocator follows every
+//     allocation. Nothing is computed.
+//   - calibrated: plus what real probes (the first chunk of 2 and of 4 samples, gradients
+//     dropped, random state restored, state such as running statistics on copies) took
+//     beyond the simulation of the same chunks: workspaces, reordered weights and im2col
+//     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. The most
+//     the probes showed, and never less than kKernelScalars, is added to every figure, and
+//     for chunks beyond the probes' also the growth from 2 to 4 samples, a sample. A chunk
+//     smaller than the probes (1 sample) gets a probe of its own when a plan first needs
+//     it; that probe holds its gradients at once, so it may overstate what a run of that
+//     chunk takes (it errs high).
+//   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
+//     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
+//     the largest two, raised until no probe exceeds it.
+//   - coarse: when neither can run (no lazy batch to probe with): every result held at
+//     once, three times over for training; errs high.
+//   - observed: never below what an earlier planned run of the same graph structure
+//     measured with the same or a smaller chunk (runs that ran out of memory count too).
+// All of it is memoised per graph structure (plan/memo.h): a graph rebuilt every step is
+// simulated and probed once (simulated once more when its .grad go from absent to zeros,
+// as after the first step of a zero_grad loop, but not probed again: the calibration is
+// shared).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/meta_counter.h"
+#include "run/analysis.h"
+#include "run/observer.h"
+#include "plan/memo.h"
+
+namespace koila {
+
+// Fraction of an estimate kept free on top of it, for what neither the simulation nor the
+// calibration probe shows (allocator rounding, a kernel choosing another algorithm).
+constexpr double kMargin = 0.10;
+
+// The least a calibration adds: real kernels wrap scalars into small tensors that meta
+// kernels do not allocate (LibTorch's CPU mean divides its sum by the count through an
+// 8-byte one), and a probe whose peak falls elsewhere does not show them where a smaller
+// chunk's run peaks. Found by the differential graph fuzzer: graphs of a few bytes a
+// sample whose chunks of one needed 8 to 40 bytes more than simulated, beyond the 10%.
+constexpr uint64_t kKernelScalars = 64;
+
+class Estimator {
+ public:
+  Estimator(const NodePtr& root, const Analysis& a, RunMode mode);
+
+  // The bytes free for a probe now (default: no limit). Probes that would not fit in it
+  // (with the margin) are put off to a later plan: a plan that refuses runs nothing.
+  void set_room(uint64_t bytes) { room_ = bytes; }
+
+  // Estimated extra bytes of a run in chunks of `chunk` samples (-1: unsplit).
+  uint64_t extra(int64_t chunk);
+
+  // What is remembered of the structure (found when the estimator was made).
+  GraphRecord& record() const { return *record_; }
+
+  // Where the figures came from, for the plan's description.
+  std::string source();
+  // Non-empty when the simulation failed (why).
+  std::string simulation_failure();
+
+  // A planned run in chunks of `chunk` took `bytes` beyond what was in use (or, when it
+  // ran out of memory, needed more than `bytes`).
+  void record_run(int64_t chunk, uint64_t bytes);
+
+ private:
+  int64_t normalized(int64_t chunk) const;
+  // `as_probe`: the simulation of a probe (gradients computed and dropped, as probe() runs)
+  // rather than of a run, so that calibration compares like with like.
+  bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
+  // How a probe against its simulation went (probe_against_simulation).
+  enum class Probed { Measured, NoSimulation, NoRoom, OutOfMemory, Failed };
+  Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why);
+  void calibrate(Calibration& c);
+  // What a chunk smaller than every calibration probe takes beyond its simulation (probed
+  // once, when a plan first needs it).
+  uint64_t calibrate_below(Calibration& c, int64_t samples);
+  void fit();
+
+  const NodePtr& root_;
+  const Analysis& a_;
+  RunMode mode_;
+  std::shared_ptr<GraphRecord> record_;
+  uint64_t room_ = UINT64_MAX;
+};
+
+// The simulation behind the figures of a chunk size (-1: unsplit), run again with `watch`
+// told when the run starts (with the counting scope and the stand-ins of the graph's
+// concrete tensors) and ends (plan/timeline.h follows it op by op). Returns its peak, as
+// extra() before calibration. Throws when the simulation fails.
+struct SimulationWatch {
+  std::function<void(MetaAllocationScope&, const std::vector<at::Tensor>& stand_ins)> start;
+  std::function<void(MetaAllocationScope&)> end;
+  RunObserver* observer = nullptr;  // carried by the simulation's chunk strategy (chunked_run.h)
+};
+uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
+                          const SimulationWatch& watch);
+
+namespace testing {
+// Multiplies every simulated, calibrated, measured or coarse figure, not what runs observed
+// (to provoke real out-of-memory errors, and to see runs correct estimates); 1 by default.
+void set_estimate_scale(double scale);
+// Makes the simulation fail, as it would for an op without meta kernels.
+void set_simulation_fails(bool fails);
+// Real probes and simulations run so far (all graphs).
+uint64_t probes_run();
+uint64_t simulations_run();
+}  // namespace testing
+
+}  // namespace koila

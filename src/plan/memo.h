@@ -1,0 +1,82 @@
+// What the planner remembers about a graph. Two levels:
+//   - per root node, while it lives: its analysis (which points into the graph), and the part
+//     of its structure's key that building fixed (the nodes' own keys, Node::key, and which
+//     node feeds which), in a table of the planner's, not on the node;
+//   - per graph structure (GraphRecord): estimates, probe measurements and the peaks of
+//     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
+//     devices, batch dims, gradient flags and, for training, whether each .grad is absent,
+//     all zeros or neither), so that a graph rebuilt every step is simulated and probed
+//     once, not every step; and, under KOILA_CHUNK_FASTEST, how long runs of each chunk
+//     size took (fastest.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "plan/fastest.h"
+#include "graph/graph.h"
+#include "base/structure_key.h"
+#include "run/analysis.h"
+
+namespace koila {
+
+// The analysis of `root` for `mode` (run/analysis.h), made at its first plan and kept while
+// the root lives (it points at nodes the root owns). Thread-safe.
+const Analysis& analysis_of(const NodePtr& root, RunMode mode);
+
+// What the calibration probes of a structure found. Backend temporaries do not depend on
+// how the leaves' .grad stand, so the records of one structure that differ only there share
+// it: the usual loop finds every .grad absent in its first step and all zeros in its second,
+// and the second is simulated again (it holds gradients differently) but not probed again.
+struct Calibration {
+  // Held while a plan reads or fills it, after the record's own mutex.
+  std::mutex mutex;
+  bool done = false;     // probed (or the probe failed but for memory); false: not yet, or no room then
+  std::string failure;   // non-empty: the probe failed (why)
+  // Samples -> bytes the probe took beyond the simulation (or less).
+  std::map<int64_t, int64_t> probes;
+  // What is added to a simulated figure for a chunk c: `bytes`, and `slope` bytes a sample
+  // beyond the largest probe (temporaries that grow with the chunk, such as im2col buffers
+  // of convolutions oneDNN does not take).
+  uint64_t bytes = 0;
+  double slope = 0;
+  // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:
+  // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4), probed
+  // when a plan first needs one: samples -> bytes beyond the simulation (0 when it took
+  // less), added instead of `bytes` when larger. Absent: not probed yet (or no room then); a
+  // failed probe counts 0.
+  std::map<int64_t, uint64_t> below;
+};
+
+struct GraphRecord {
+  // Held while a plan consults or fills the record: plans of one structure on several
+  // threads simulate and probe it once.
+  std::mutex mutex;
+  std::map<std::pair<int64_t, int64_t>, uint64_t> simulated;  // (chunk, max chunks) -> extra bytes
+  std::string simulation_failure;  // non-empty: the simulation failed (why)
+  std::shared_ptr<Calibration> calibration;  // shared with the structure's other .grad states
+  bool probed = false;             // the fit done or tried
+  std::string probe_failure;       // non-empty: the fit's probes failed (why)
+  std::map<int64_t, uint64_t> probes;  // the fit's probes: chunk -> measured extra bytes
+  double intercept = 0, slope = 0;     // the fit: extra = intercept + slope * chunk
+  std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured
+  ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
+};
+
+// The record for the structure of `root` in `mode` (with the gradient flags and .grad its
+// leaves have now). Records of structures not planned for a long time are forgotten (at most
+// kMaxRecords are kept).
+std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, RunMode mode);
+
+constexpr size_t kMaxRecords = 512;
+
+namespace testing {
+// Forgets every graph record (tests that count probes or simulations start clean).
+void forget_graph_records();
+}  // namespace testing
+
+}  // namespace koila

@@ -1,0 +1,350 @@
+#include "plan/planner.h"
+
+#include <atomic>
+#include <c10/core/GradMode.h>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "run/chunked_run.h"
+#include "plan/chunking_options.h"
+#include "base/error.h"
+#include "run/executor.h"
+#include "plan/fastest.h"
+#include "memory/budget.h"
+#include "memory/device_memory.h"
+#include "memory/run_memory.h"
+#include "plan/estimate.h"
+#include "plan/memo.h"
+#include "run/progress.h"
+#include "memory/reservations.h"
+#include "base/text.h"
+#include "base/dims.h"
+
+namespace koila {
+
+namespace {
+
+// Planning and reserving happen together: two threads never both plan into the same room.
+std::mutex plan_and_reserve;
+
+uint64_t with_margin(uint64_t bytes) { return static_cast<uint64_t>(static_cast<double>(bytes) * (1.0 + kMargin)); }
+
+int64_t largest_power_of_two_at_most(int64_t n) {
+  int64_t p = 1;
+  while (p <= n / 2) p *= 2;
+  return p;
+}
+
+void check_loss(const NodePtr& loss) {
+  const uint64_t numel = checked_numel(loss->meta.shape);
+  if (numel != 1)
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss must have exactly one element, but has shape " +
+                                           shape_string(loss->meta.shape));
+  if (!at::isFloatingType(loss->meta.dtype))
+    fail(KOILA_ERROR_DTYPE, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
+}
+
+// A run or plan started from a progress callback would run inside the run that called it
+// (and could wait for that run to end): refused.
+void check_not_in_progress_callback() {
+  if (in_progress_callback())
+    fail(KOILA_ERROR_UNSUPPORTED, "a progress callback cannot evaluate, plan or run a backward "
+                                  "(it runs inside the chunked run that called it)");
+}
+
+bool fits(const Plan& p, uint64_t extra) {
+  const double total = static_cast<double>(p.in_use_bytes) + static_cast<double>(p.reserved_by_others_bytes) +
+                       static_cast<double>(extra) * (1.0 + kMargin);
+  return total <= static_cast<double>(p.budget_bytes);
+}
+
+int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
+
+// KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
+// timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
+void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
+  if (a.batch <= 0 || !fits(p, p.extra_bytes)) return;  // no batch to split (or an empty one), or nothing fits
+  if (!p.coupled.empty()) {
+    p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
+    return;
+  }
+  if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
+    p.chunk_choice = "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
+                     "the chunk size changes the results";
+    return;
+  }
+  std::map<int64_t, uint64_t> extras{{p.chunk, p.extra_bytes}};
+  const std::vector<int64_t> candidates = fastest_candidates(p.chunk, [&](int64_t chunk) {
+    const uint64_t extra = estimator.extra(chunk);
+    extras[chunk] = extra;
+    return fits(p, extra);
+  });
+  FastestChoice choice;
+  {
+    GraphRecord& record = estimator.record();
+    std::lock_guard<std::mutex> lock(record.mutex);
+    choice = choose_fastest(candidates, a.batch, record.timings);
+  }
+  p.chunk = choice.chunk;
+  p.chunks = chunks_of(a.batch, choice.chunk);
+  p.extra_bytes = extras.at(choice.chunk);
+  p.timed = choice.timed;
+  p.chunk_choice = choice.reason;
+}
+
+// What a plan records of the device before anything is estimated; a concrete value's plan
+// ends there (nothing to evaluate: a backward walks LibTorch's graph).
+Plan device_plan(const NodePtr& root, RunMode mode) {
+  if (mode == RunMode::Training) check_loss(root);
+  Plan p;
+  p.mode = mode;
+  p.root = root;
+  p.device = canonical_device(root->meta.device);
+  p.target = shape_string(root->meta.shape) + " " + dtype_name(root->meta.dtype);
+  p.in_use_bytes = memory_stats(p.device).current;
+  p.reserved_by_others_bytes = outstanding_reservations(p.device);
+  p.budget_bytes = budget(p.device);
+  p.chunk = -1;
+  return p;
+}
+
+// Bytes the budget leaves beyond what is in use and reserved when `p` was planned.
+uint64_t room_left(const Plan& p) {
+  const uint64_t taken = p.in_use_bytes + p.reserved_by_others_bytes;
+  return p.budget_bytes > taken ? p.budget_bytes - taken : 0;
+}
+
+// The plan of a lazy `root` in `mode`, from its analysis and an estimator made for them
+// (made once per planned run, however often it plans again). A plan that does not fit
+// fails (see make_plan).
+Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& estimator) {
+  Plan p = device_plan(root, mode);
+  estimator.set_room(room_left(p));
+  p.batch = a.batch;
+  p.batch_stats = batch_stats();
+  p.chunking = chunking();
+  p.coupled = coupling(a, p.batch_stats);
+  p.unsplit_extra_bytes = estimator.extra(-1);
+  p.chunk = a.batch;
+  p.extra_bytes = p.unsplit_extra_bytes;
+  if (!fits(p, p.unsplit_extra_bytes) && a.batch > 1 && p.coupled.empty()) {
+    // The largest power of two below the batch whose estimate fits (estimates grow with the chunk).
+    int64_t lo = 0, hi = 0;  // exponents
+    while ((int64_t{1} << (hi + 1)) < a.batch) ++hi;
+    int64_t best = -1;
+    uint64_t best_extra = 0;
+    while (lo <= hi) {
+      const int64_t mid = (lo + hi) / 2;
+      const int64_t c = int64_t{1} << mid;
+      const uint64_t extra = estimator.extra(c);
+      if (fits(p, extra)) {
+        best = c;
+        best_extra = extra;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (best > 0) {
+      p.chunk = best;
+      p.chunks = chunks_of(a.batch, best);
+      p.extra_bytes = best_extra;
+    } else {
+      p.chunk = 1;
+      p.chunks = a.batch;
+      p.extra_bytes = estimator.extra(1);
+    }
+  }
+  if (p.chunking == KOILA_CHUNK_FASTEST) choose_fastest_chunk(a, estimator, p);
+  p.source = estimator.source();
+  p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
+  p.stats_coupled = a.stats_coupled;
+  if (fits(p, p.extra_bytes)) return p;
+  const koila_code code = a.batch >= 0 && !p.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
+  fail(code, p.describe());
+}
+
+// A planned run: plans (waiting for runs on other threads to end when it fits only without
+// them), reserves the plan's estimate, and runs `attempt(chunk)` holding the budget as a
+// hard limit. After an out-of-memory error (an estimate that fell short, or a device that
+// ran out) it records what the chunk needed at least and retries with half the chunk.
+// Every run's measured peak is recorded for later plans of the same graph, and under
+// KOILA_CHUNK_FASTEST the time of a run that measures a candidate (not of a run that ran
+// out of memory, nor of its retries).
+template <class F>
+Plan planned_run(const NodePtr& root, RunMode mode, F&& attempt) {
+  check_not_in_progress_callback();
+  const Analysis& a = analysis_of(root, mode);
+  Estimator estimator(root, a, mode);
+  const c10::Device device = canonical_device(root->meta.device);
+  for (;;) {
+    std::unique_lock<std::mutex> planning(plan_and_reserve);
+    const uint64_t ended = runs_ended(device);
+    Plan plan;
+    try {
+      plan = plan_lazy(root, mode, a, estimator);
+    } catch (const Error& e) {
+      if (e.code() != KOILA_ERROR_OUT_OF_MEMORY && e.code() != KOILA_ERROR_NOT_SPLITTABLE) throw;
+      // It does not fit even alone: no run is alive, and none ended since the plan read
+      // what is in use (one that ended just after would have left it room: plan again).
+      if (runs_alive(device) == 0 && runs_ended(device) == ended) throw;
+      planning.unlock();
+      wait_for_run_to_end(device, ended);  // it may fit once they are done
+      continue;
+    }
+    for (;;) {
+      RunMemory usage(plan.device);
+      Reservation reserved(plan.device, with_margin(plan.extra_bytes), usage);
+      if (planning.owns_lock()) planning.unlock();
+      try {
+        double seconds = 0;
+        {
+          BudgetScope hard_limit(plan.device, plan.budget_bytes);
+          if (plan.timed)
+            seconds = timed_run(plan.device, plan.chunk, [&] { attempt(a, plan); });
+          else
+            attempt(a, plan);
+        }
+        estimator.record_run(plan.chunk, usage.peak());
+        if (plan.timed) {
+          // The estimator's record was found before the run (a backward changes the .grad
+          // that the structure's key covers).
+          GraphRecord& record = estimator.record();
+          std::lock_guard<std::mutex> lock(record.mutex);
+          record_timing(record.timings, plan.chunk, seconds);
+        }
+        return plan;
+      } catch (...) {
+        const std::exception_ptr e = std::current_exception();
+        if (!is_out_of_memory(e)) throw;
+        // What the chunk needed at least: when the CPU budget refused it, what the run held
+        // then plus the request (other threads may have taken the rest of the room, which
+        // says nothing of this graph); when a device ran out, more than the room it was
+        // given (the device had less than the budget: the next plans take less).
+        const uint64_t room = room_left(plan);
+        const uint64_t refused = usage.refused();
+        estimator.record_run(plan.chunk, std::max(refused > 0 ? refused : room + 1, usage.peak() + 1));
+        release_cached_memory(plan.device);
+        if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) throw;
+        plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);
+        plan.chunks = chunks_of(a.batch, plan.chunk);
+        if (plan.chunking == KOILA_CHUNK_FASTEST) {
+          plan.timed = false;  // a retry measures no candidate
+          plan.chunk_choice = "KOILA_CHUNK_FASTEST: the planned chunk ran out of memory; retried with chunks of " +
+                              std::to_string(plan.chunk) + ", not timed";
+        }
+        plan.per_chunk_stats = per_chunk_stats(a, plan.batch_stats, plan.chunk);
+        plan.extra_bytes = estimator.extra(plan.chunk);
+      }
+    }
+  }
+}
+
+// How a real run of plan `p` goes through the chunk strategy, its chunks reported to `progress`.
+ChunkRun real_run(const Plan& p, RunObserver& progress) {
+  ChunkRun run;
+  run.chunk = p.chunk;
+  run.per_chunk_stats = p.per_chunk_stats;
+  run.observer = &progress;
+  return run;
+}
+
+}  // namespace
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  os << (mode == RunMode::Training ? "backward from " : "evaluation of ") << target << " on " << device.str();
+  if (batch < 0) {
+    os << "; no lazy batch";
+  } else {
+    os << "; batch " << batch;
+  }
+  const bool split = batch >= 0 && chunk >= 0 && chunk < batch;
+  if (split) {
+    os << ", " << chunks << " chunks of " << chunk;
+    const int64_t last = batch - (chunks - 1) * chunk;
+    if (last != chunk) os << " (the last of " << last << ")";
+  } else {
+    os << ", unsplit";
+  }
+  os << ". Estimated peak " << human_bytes(peak()) << " (" << human_bytes(in_use_bytes) << " in use";
+  if (reserved_by_others_bytes > 0) os << " + " << human_bytes(reserved_by_others_bytes) << " reserved by runs on other threads";
+  os << " + " << human_bytes(extra_bytes) << ")";
+  if (split) os << ", unsplit " << human_bytes(full_peak());
+  os << "; budget " << human_bytes(budget_bytes) << ".";
+  if (!source.empty()) os << " Source: " << source << ".";
+  const bool fits_unsplit = fits(*this, unsplit_extra_bytes);
+  if (!fits_unsplit && batch >= 0 && !coupled.empty()) {
+    os << " The unsplit run does not fit and the batch cannot be split: " << coupled << ".";
+  } else if (!fits_unsplit && batch < 0) {
+    os << " It does not fit, and there is no lazy batch to split (wrap the input with koila_lazy and a batch dim).";
+  } else if (!fits_unsplit && !fits(*this, extra_bytes)) {
+    os << " Not even a chunk of one sample fits.";
+  } else if (!chunk_choice.empty()) {
+    os << (!fits_unsplit ? " The unsplit run does not fit. " : split ? " The unsplit run fits. " : " It fits unsplit. ")
+       << chunk_choice << ".";
+  } else if (split) {
+    os << " The unsplit run does not fit; " << chunk << " is the largest power of two whose chunks fit.";
+  } else {
+    os << " It fits unsplit.";
+  }
+  if (per_chunk_stats)
+    os << " Batch statistics: per chunk (KOILA_BATCH_STATS_PER_CHUNK; " << stats_coupled
+       << "): each chunk normalizes with its own, the running statistics get one update with the whole batch's.";
+  return os.str();
+}
+
+Plan make_plan(const NodePtr& root, RunMode mode) {
+  check_not_in_progress_callback();
+  if (!root->lazy()) return device_plan(root, mode);
+  const Analysis& a = analysis_of(root, mode);
+  Estimator estimator(root, a, mode);
+  return plan_lazy(root, mode, a, estimator);
+}
+
+uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk) {
+  if (!root->lazy()) return 0;
+  return Estimator(root, analysis_of(root, mode), mode).extra(chunk);
+}
+
+at::Tensor run_forward(const NodePtr& root, Plan* used) {
+  if (!root->lazy()) return root->value;
+  c10::NoGradGuard no_grad;
+  at::Tensor result;
+  const Plan plan = planned_run(root, RunMode::Forward, [&](const Analysis& a, const Plan& p) {
+    ProgressReport progress;
+    result = forward_chunks(root, a, real_run(p, progress));
+  });
+  if (used) *used = plan;
+  return result;
+}
+
+void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_commit) {
+  check_loss(loss);
+  if (!loss->lazy()) {
+    const at::Tensor& value = loss->value;
+    const Tensors leaves = value.requires_grad() ? autograd_leaves({value}) : Tensors{};
+    if (leaves.empty())
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
+                                         "(see koila_tensor_set_requires_grad)");
+    Tensors grads = gradients({value}, {}, leaves);
+    if (before_commit) hand_over(before_commit, leaves, grads, LossReduction{});
+    commit_gradients(leaves, grads);
+    report_progress("backward", 1, 1);  // one chunk, as an unsplit lazy backward
+    if (used) *used = device_plan(loss, RunMode::Training);
+    return;
+  }
+  const Plan plan = planned_run(loss, RunMode::Training, [&](const Analysis& a, const Plan& p) {
+    ProgressReport progress;
+    ChunkRun run = real_run(p, progress);
+    run.before_commit = before_commit;
+    backward_chunks(loss, a, run);
+  });
+  if (used) *used = plan;
+}
+
+}  // namespace koila

@@ -1,0 +1,72 @@
+// The batch planner: estimates the peak memory of evaluating a graph (FORWARD) or of a
+// backward from it (TRAINING) for a given chunk of the batch, picks the largest chunk that
+// fits the device's budget (or, under KOILA_CHUNK_FASTEST, the fastest measured of those
+// that fit), and runs the batch chunk by chunk so that results and gradients equal the
+// unsplit ones.
+//
+// The pieces, one job each: run/analysis (where the batch goes), run/chunked_run (the chunk
+// strategy, shared by runs, simulations and probes), plan/estimate (figures and where they
+// came from), plan/memo (what is remembered per root and per graph structure),
+// memory/reservations (one budget for many threads), plan/fastest (KOILA_CHUNK_FASTEST's
+// candidates and choice); this file searches the chunk and runs it, planning once a run.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "run/chunked_run.h"
+#include "graph/graph.h"
+#include "run/analysis.h"
+
+namespace koila {
+
+struct Plan {
+  RunMode mode = RunMode::Forward;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string target;         // "[8, 10] float" — what is evaluated
+  int64_t batch = -1;         // batch size, -1: no lazy batch
+  int64_t chunk = -1;         // samples per chunk (the batch when it runs unsplit)
+  int64_t chunks = 1;
+  std::string coupled;        // non-empty: why the batch cannot be split (names the op)
+  koila_batch_stats batch_stats = KOILA_BATCH_STATS_EXACT;  // the policy in force when planned
+  bool per_chunk_stats = false;  // batch norm in training computes each chunk's own statistics
+  std::string stats_coupled;     // the op that couples the batch through its statistics, if any
+  koila_chunking chunking = KOILA_CHUNK_LARGEST;  // the policy in force when planned
+  bool timed = false;            // FASTEST: the run times its chunk as a candidate (fastest.h)
+  std::string chunk_choice;      // FASTEST: how the chunk was chosen (candidates, timings)
+  uint64_t in_use_bytes = 0;              // in use on the device when planned
+  uint64_t reserved_by_others_bytes = 0;  // reserved by runs on other threads, not yet allocated
+  uint64_t budget_bytes = 0;
+  uint64_t unsplit_extra_bytes = 0;       // estimated beyond what is in use, unsplit
+  uint64_t extra_bytes = 0;               // estimated beyond what is in use, as planned
+  std::string source;         // where the figures came from (see plan/estimate.h)
+  NodePtr root;               // what is evaluated or differentiated (plan/timeline.h simulates it again)
+  uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
+  uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
+  std::string describe() const;
+};
+
+// Plans without running anything (but for the real probes of plan/estimate.h, once per
+// graph structure). Fails with KOILA_ERROR_OUT_OF_MEMORY when not even one
+// sample fits, KOILA_ERROR_NOT_SPLITTABLE when the graph couples the batch and does not
+// fit unsplit (the message is the plan's description).
+Plan make_plan(const NodePtr& root, RunMode mode);
+
+// Estimated bytes beyond current usage of running `root` in `mode` with chunks of `chunk`
+// samples (-1: unsplit). Exposed for tests and benchmarks.
+uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk);
+
+// The value of `root` (lazy or not), planned and chunked; retries with half the chunk when
+// the device runs out of memory anyway. Records no autograd.
+at::Tensor run_forward(const NodePtr& root, Plan* used = nullptr);
+
+// Backward from a one-element loss, planned and chunked. Gradients add into the .grad of
+// every tensor that requires grad (chunk by chunk when split); a failure, a retry after
+// running out of memory included, leaves every gradient as it was.
+// `before_commit` (see chunked_run.h), when given, sees the gradients once they are all
+// computed and before any is final; after it has been called, an error is not retried.
+void run_backward(const NodePtr& loss, Plan* used = nullptr, const BeforeCommit& before_commit = {});
+
+}  // namespace koila

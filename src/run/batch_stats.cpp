@@ -1,0 +1,262 @@
+#include "run/batch_stats.h"
+
+#include <c10/core/GradMode.h>
+
+#include <exception>
+
+#include "base/error.h"
+
+namespace koila {
+
+namespace {
+
+// One batch norm call of a pass: what each chunk's kernel computed for it. They are
+// combined once, in prepare(), rather than chunk by chunk (a dozen small ops per call and
+// chunk otherwise).
+struct Call {
+  at::Tensor running_mean, running_var;
+  double factor = 0;  // the update factor the call passed (its momentum)
+  double eps = 0;
+  std::vector<double> counts;  // per chunk: values per channel
+  Tensors means;               // per chunk: [C], the kernel's saved mean
+  Tensors invstds;             // per chunk: [C], the kernel's saved 1 / sqrt(biased variance + eps)
+};
+
+}  // namespace
+
+struct ChunkStats::State {
+  bool on = false;
+  bool per_chunk = false;  // Handling::PerChunk (else Handling::Restore)
+  State* outer = nullptr;
+  std::vector<Call> calls;  // in the order the first chunk made them
+  size_t next = 0;          // the call expected next in this chunk
+  int64_t chunk = 0;
+  Tensors counters, counters_before, counters_after_first;
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // running statistics and their values before the pass
+  std::exception_ptr error;
+  bool expects_calls = false;  // the graph names running statistics a batch norm updates
+  Tensors updated;  // prepare(): the new values of `saved`, in their dtype
+  bool prepared = false;
+  bool committed = false;
+
+  void save(const at::Tensor& t) {
+    for (const auto& [tensor, value] : saved)
+      if (tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return;
+    saved.emplace_back(t, t.clone());
+  }
+
+  void restore_counters() {
+    c10::NoGradGuard no_grad;
+    for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
+  }
+
+  void restore() {
+    c10::NoGradGuard no_grad;
+    for (auto& [tensor, value] : saved) tensor.copy_(value);
+    restore_counters();
+  }
+
+  // A batch norm call about to run in a pass that keeps statistics per chunk (the only one
+  // observed_batch_norm sees): its running statistics are saved, and its record returned,
+  // for record_chunk.
+  Call& begin_call(const at::Tensor& rm, const at::Tensor& rv, double factor, double eps) {
+    c10::NoGradGuard no_grad;
+    save(rm);
+    save(rv);
+    if (chunk == 1) {
+      calls.push_back({rm, rv, factor, eps, {}, {}, {}});
+      ++next;
+      return calls.back();
+    }
+    if (next >= calls.size() || calls[next].running_mean.unsafeGetTensorImpl() != rm.unsafeGetTensorImpl())
+      fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
+                                    "calls in the same order, but chunk " + std::to_string(chunk) + " differs");
+    return calls[next++];
+  }
+
+  // The chunk's statistics of `call`: the mean and inverse standard deviation its kernel
+  // computed and saved for the backward (the CPU, cuDNN and MIOpen kernels alike), so that
+  // nothing passes over the input a second time.
+  static void record_chunk(Call& call, const at::Tensor& input, const at::Tensor& save_mean,
+                           const at::Tensor& save_invstd) {
+    c10::NoGradGuard no_grad;
+    const int64_t channels = input.dim() > 1 ? input.size(1) : 0;
+    const int64_t n = channels > 0 ? input.numel() / channels : 0;
+    if (n == 0) return;  // an empty chunk adds nothing
+    if (save_mean.defined() && save_invstd.defined() && save_mean.numel() == channels &&
+        save_invstd.numel() == channels) {
+      call.means.push_back(save_mean.detach().reshape({channels}));
+      call.invstds.push_back(save_invstd.detach().reshape({channels}));
+    } else {  // a kernel that saved nothing usable: computed here
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < input.dim(); ++d)
+        if (d != 1) dims.push_back(d);
+      const auto [var, mean] = at::var_mean(input.detach(), dims, /*unbiased=*/false, /*keepdim=*/false);
+      call.means.push_back(mean);
+      call.invstds.push_back(var.to(at::kDouble).add_(call.eps).rsqrt_());
+    }
+    call.counts.push_back(static_cast<double>(n));
+  }
+};
+
+namespace {
+
+thread_local ChunkStats::State* observed_pass = nullptr;
+
+// [k, C] in double from k tensors of [C] (of one dtype, unless a kernel saved nothing).
+at::Tensor stack_double(const Tensors& ts) {
+  bool one_dtype = true;
+  for (const at::Tensor& t : ts) one_dtype &= t.scalar_type() == ts.front().scalar_type();
+  if (one_dtype) return at::stack(ts).to(at::kDouble);
+  Tensors doubles;
+  for (const at::Tensor& t : ts) doubles.push_back(t.to(at::kDouble));
+  return at::stack(doubles);
+}
+
+}  // namespace
+
+at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
+                               const c10::optional<at::Tensor>& running_var, bool training, double momentum,
+                               double eps, bool cudnn_enabled) {
+  ChunkStats::State* s = observed_pass;
+  if (!s || s->error || !training || !running_mean || !running_mean->defined() || !running_var ||
+      !running_var->defined())
+    return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  // Errors are kept for end_chunk(): thrown from inside a TorchScript module, they would
+  // reach the caller as the interpreter's error, without their code.
+  Call* call = nullptr;
+  try {
+    call = &s->begin_call(*running_mean, *running_var, momentum, eps);
+  } catch (...) {
+    s->error = std::current_exception();
+    return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  }
+  // What at::batch_norm runs, with the statistics it computes (outputs 1 and 2).
+  auto result =
+      at::_batch_norm_impl_index(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  try {
+    ChunkStats::State::record_chunk(*call, input, std::get<1>(result), std::get<2>(result));
+  } catch (...) {
+    s->error = std::current_exception();
+  }
+  return std::get<0>(result);
+}
+
+ChunkStats::ChunkStats(Handling handling, const std::vector<const Node*>& nodes) : state_(std::make_unique<State>()) {
+  if (handling == Handling::Off) return;
+  State& s = *state_;
+  s.per_chunk = handling == Handling::PerChunk;
+  c10::NoGradGuard no_grad;
+  for (const Node* node : nodes)
+    for (const at::Tensor& t : node->stats_counters) {
+      s.counters.push_back(t);
+      s.counters_before.push_back(t.clone());
+    }
+  // The graph names the running statistics its batch norms update: saved up front, so that
+  // a failure restores them even where no call was observed.
+  for (const Node* node : nodes) {
+    for (const at::Tensor& t : node->stats_buffers) s.save(t);
+    s.expects_calls |= !node->stats_buffers.empty();
+  }
+  if (!s.per_chunk) {
+    s.on = true;
+    return;
+  }
+  s.outer = observed_pass;
+  observed_pass = &s;
+  s.on = true;
+}
+
+ChunkStats::~ChunkStats() {
+  State& s = *state_;
+  if (!s.on) return;
+  if (s.per_chunk) observed_pass = s.outer;
+  if (s.committed) return;
+  try {
+    s.restore();
+  } catch (...) {
+    // Copies into existing tensors allocate nothing; nothing to add to the error reported.
+  }
+}
+
+void ChunkStats::start_chunk() {
+  State& s = *state_;
+  if (!s.on) return;
+  if (++s.chunk > 1 && s.per_chunk) s.restore_counters();
+  s.next = 0;
+}
+
+void ChunkStats::end_chunk() {
+  State& s = *state_;
+  if (!s.on) return;
+  if (s.error) std::rethrow_exception(s.error);
+  if (s.per_chunk && s.chunk > 1 && s.next != s.calls.size())
+    fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
+                                  "calls, but chunk " + std::to_string(s.chunk) + " made " + std::to_string(s.next) +
+                                  " of " + std::to_string(s.calls.size()));
+  // Every batch norm of a module reaches observed_batch_norm only through the graphs that
+  // route_batch_norms rewrote: statistics that no call showed would be combined wrongly.
+  if (s.per_chunk && s.chunk == 1 && s.expects_calls && s.calls.empty())
+    fail(KOILA_ERROR_INTERNAL, "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
+                               "observed (a module whose batch norm calls were not routed through koila)");
+  if (s.chunk == 1) {
+    c10::NoGradGuard no_grad;
+    for (const at::Tensor& t : s.counters) s.counters_after_first.push_back(t.clone());
+  }
+}
+
+void ChunkStats::prepare() {
+  State& s = *state_;
+  if (!s.on) return;
+  if (!s.per_chunk) {  // the kernels' own updates stand
+    s.prepared = true;
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  // The running statistics as they were before the pass, then each call's update in order
+  // (a layer called twice updates twice), in double as LibTorch's kernels accumulate.
+  s.updated.clear();
+  for (const auto& [tensor, value] : s.saved) s.updated.push_back(value.to(at::kDouble));
+  auto current = [&](const at::Tensor& t) -> at::Tensor& {
+    for (size_t i = 0; i < s.saved.size(); ++i)
+      if (s.saved[i].first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return s.updated[i];
+    fail(KOILA_ERROR_INTERNAL, "a running statistic that was not saved");
+  };
+  for (const Call& c : s.calls) {
+    if (c.counts.empty()) continue;  // only empty chunks: no statistics to update with
+    // Each chunk's biased variance from its inverse standard deviation (0 where the kernel
+    // saved 0: no variance and no eps), then the chunks combined exactly: the total mean,
+    // and the sum of squared deviations as the chunks' own plus their means' spread.
+    const auto opts = at::TensorOptions().dtype(at::kDouble).device(c.means.front().device());
+    const at::Tensor w = at::tensor(c.counts, at::TensorOptions().dtype(at::kDouble)).to(opts.device()).unsqueeze(1);
+    const at::Tensor means = stack_double(c.means);
+    const at::Tensor invstds = stack_double(c.invstds);
+    const at::Tensor vars =
+        at::where(invstds > 0, invstds.pow(-2).sub_(c.eps).clamp_min_(0), at::zeros({}, opts));
+    double total = 0;
+    for (double n : c.counts) total += n;
+    const at::Tensor mean = (means * w).sum(0).div_(total);
+    const at::Tensor m2 = (vars * w).sum(0).add_(((means - mean).pow_(2) * w).sum(0));
+    current(c.running_mean).mul_(1 - c.factor).add_(mean, c.factor);
+    current(c.running_var).mul_(1 - c.factor).add_(m2 / (total - 1), c.factor);  // unbiased
+  }
+  for (size_t i = 0; i < s.updated.size(); ++i) s.updated[i] = s.updated[i].to(s.saved[i].first.scalar_type());
+  s.prepared = true;
+}
+
+void ChunkStats::commit() noexcept {
+  State& s = *state_;
+  if (!s.on || !s.prepared) return;
+  if (!s.per_chunk) {
+    s.committed = true;
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < s.saved.size(); ++i) s.saved[i].first.copy_(s.updated[i]);
+  for (size_t i = 0; i < s.counters.size() && i < s.counters_after_first.size(); ++i)
+    s.counters[i].copy_(s.counters_after_first[i]);
+  s.committed = true;
+}
+
+}  // namespace koila

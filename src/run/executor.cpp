@@ -1,0 +1,312 @@
+#include "run/executor.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/pointer_index.h"
+#include "base/text.h"
+#include "run/zeroed_grads.h"
+
+namespace koila {
+
+using NodeIndex = PointerIndex<Node>;
+
+namespace {
+
+// The nodes `roots` depend on, each after its inputs; `done` ends up holding each one's
+// position in the order.
+std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
+                                  const std::unordered_map<const Node*, at::Tensor>* given_values, NodeIndex& done) {
+  std::vector<const Node*> order;
+  for (const Node* root : roots) {
+    if (!root || done.contains(root)) continue;
+    std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      const bool given = given_values && given_values->count(node);
+      if (!given && next < node->inputs.size()) {
+        const Node* in = node->inputs[next++].get();
+        if (in && !done.contains(in)) stack.emplace_back(in, 0);
+        continue;
+      }
+      if (done.insert(node, static_cast<uint32_t>(order.size()))) order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+
+std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options) {
+  std::vector<int64_t> shape = meta.shape;
+  if (options.chunk_length >= 0 && meta.batch_dim >= 0) shape[meta.batch_dim] = options.chunk_length;
+  return shape;
+}
+
+// Whether `sizes` is expected_shape(meta, options), without building it (once per op run).
+bool has_expected_shape(at::IntArrayRef sizes, const Meta& meta, const EvalOptions& options) {
+  if (sizes.size() != meta.shape.size()) return false;
+  const bool chunked = options.chunk_length >= 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const bool batch = chunked && static_cast<int64_t>(d) == meta.batch_dim;
+    if (sizes[d] != (batch ? options.chunk_length : meta.shape[d])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+// A tiny graph per thread, made before the thread builds any graph it backpropagates. The
+// autograd engine pops the pending task of the highest sequence number first (numbers
+// count up per thread), so running this older graph first pops, and discards, whatever a
+// failed backward left in the thread's ready queue.
+struct ReleaseGraph {
+  at::Tensor input, output;
+  ReleaseGraph() {  // of zero elements: it holds no memory
+    input = at::zeros({0}, at::kFloat).requires_grad_(true);
+    output = input.mul(1.0);
+  }
+};
+
+ReleaseGraph& release_graph() {
+  thread_local ReleaseGraph graph;
+  return graph;
+}
+
+// When a backward fails inside LibTorch's autograd engine (an out-of-memory error within
+// the budget), LibTorch 1.13 leaves its pending work in this thread's ready queue, holding
+// the failed run's buffers until the thread's next backward. Running the release graph
+// releases them now (found by the differential fuzzer's memory check).
+void release_failed_backward() noexcept {
+  try {
+    const ReleaseGraph& g = release_graph();
+    torch::autograd::grad({g.output}, {g.input}, {at::ones_like(g.output)}, /*retain_graph=*/true);
+  } catch (...) {
+    // Nothing to add to the error being reported; the memory goes at the next backward.
+  }
+}
+
+}  // namespace
+
+Schedule make_schedule(const std::vector<const Node*>& roots,
+                       const std::unordered_map<const Node*, at::Tensor>* given) {
+  Schedule s;
+  NodeIndex position;
+  s.order = order_of(roots, given, position);
+  s.with_given = given != nullptr;
+  auto at = [&position](const Node* node) {
+    const uint32_t p = node ? position.find(node) : NodeIndex::kAbsent;
+    if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "an evaluation of a null node");
+    return static_cast<size_t>(p);
+  };
+  s.uses.assign(s.order.size(), 0);
+  s.input_start.reserve(s.order.size() + 1);
+  for (const Node* node : s.order) {
+    s.input_start.push_back(s.inputs.size());
+    if (given && given->count(node)) continue;  // its value is given: its inputs are not visited
+    for (const NodePtr& in : node->inputs) {
+      if (!in) {
+        s.inputs.push_back(-1);
+        continue;
+      }
+      const size_t p = at(in.get());
+      s.inputs.push_back(static_cast<int64_t>(p));
+      ++s.uses[p];
+    }
+  }
+  s.input_start.push_back(s.inputs.size());
+  for (const Node* root : roots) {
+    const size_t p = at(root);
+    s.roots.push_back(p);
+    ++s.uses[p];  // roots are kept
+  }
+  return s;
+}
+
+Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& options) {
+  return evaluate(make_schedule(roots, options.given), options);
+}
+
+Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
+  if (options.given && !schedule.with_given)
+    fail(KOILA_ERROR_INTERNAL, "an evaluation with given values used a schedule made without them");
+  if (options.grad) (void)release_graph();  // older than every node this evaluation records
+  c10::AutoGradMode grad_mode(options.grad);
+  const std::vector<const Node*>& order = schedule.order;
+  std::vector<uint32_t> uses = schedule.uses;
+  auto is_given = [&](const Node* node) { return options.given && options.given->count(node); };
+
+  std::vector<at::Tensor> values(order.size());
+  Tensors args;
+  size_t live = 0;
+  EvalStats stats;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node& node = *order[i];
+    if (is_given(&node)) {
+      values[i] = options.given->at(&node);
+      continue;
+    }
+    if (node.kind != NodeKind::Op) {
+      values[i] = options.leaf ? options.leaf(node) : node.value;
+      if (options.chunk_length >= 0 && node.meta.batch_dim >= 0)
+        values[i] = values[i].narrow(node.meta.batch_dim, options.chunk_start, options.chunk_length);
+      continue;
+    }
+    const size_t first = schedule.input_start[i], end = schedule.input_start[i + 1];
+    args.clear();
+    for (size_t k = first; k < end; ++k) {
+      const int64_t p = schedule.inputs[k];
+      args.push_back(p >= 0 ? values[static_cast<size_t>(p)] : at::Tensor());
+    }
+    try {
+      values[i] = node.run(args, node);
+    } catch (const c10::Error&) {
+      rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
+    }
+    if (options.observe) options.observe(node, args, values[i]);
+    args.clear();
+    ++stats.ops_run;
+    stats.peak_live_values = std::max(stats.peak_live_values, ++live);
+    if (!has_expected_shape(values[i].sizes(), node.meta, options))
+      fail(KOILA_ERROR_INTERNAL, node.op + " produced " + shape_string(values[i].sizes()) + " where " +
+                                     shape_string(expected_shape(node.meta, options)) + " was inferred");
+    for (size_t k = first; k < end; ++k) {
+      const int64_t p = schedule.inputs[k];
+      if (p < 0) continue;
+      if (--uses[static_cast<size_t>(p)] == 0) {
+        if (order[static_cast<size_t>(p)]->kind == NodeKind::Op && !is_given(order[static_cast<size_t>(p)])) --live;
+        values[static_cast<size_t>(p)] = at::Tensor();
+      }
+    }
+  }
+  if (options.stats) *options.stats = stats;
+  Tensors results;
+  results.reserve(schedule.roots.size());
+  for (size_t p : schedule.roots) results.push_back(values[p]);
+  return results;
+}
+
+Tensors evaluate(const std::vector<NodePtr>& roots, const EvalOptions& options) {
+  std::vector<const Node*> raw;
+  for (const NodePtr& root : roots) raw.push_back(root.get());
+  return evaluate(raw, options);
+}
+
+at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
+  return evaluate(std::vector<const Node*>{root.get()}, options)[0];
+}
+
+Tensors autograd_leaves(const Tensors& outputs) {
+  Tensors leaves;
+  PointerIndex<c10::TensorImpl> seen_leaves;
+  PointerIndex<torch::autograd::Node> seen(1024);
+  std::vector<torch::autograd::Node*> stack;  // the outputs keep their graph alive
+  auto add_leaf = [&](const at::Tensor& t) {
+    if (seen_leaves.insert(t.unsafeGetTensorImpl(), 0)) leaves.push_back(t);
+  };
+  for (const at::Tensor& value : outputs) {
+    if (!value.defined() || !value.requires_grad()) continue;
+    if (value.is_leaf())
+      add_leaf(value);
+    else
+      stack.push_back(value.grad_fn().get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* fn = stack.back();
+    stack.pop_back();
+    if (!fn || !seen.insert(fn, 0)) continue;
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn)) {
+      add_leaf(acc->variable);
+      continue;
+    }
+    for (const auto& edge : fn->next_edges()) stack.push_back(edge.function.get());
+  }
+  return leaves;
+}
+
+Tensors gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain_graph) {
+  Tensors outs, gos;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
+    outs.push_back(outputs[i]);
+    gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
+  }
+  if (outs.empty() || leaves.empty()) return Tensors(leaves.size());
+  try {
+    return torch::autograd::grad(outs, leaves, gos, retain_graph, /*create_graph=*/false, /*allow_unused=*/true);
+  } catch (...) {
+    release_failed_backward();
+    throw;
+  }
+}
+
+void accumulate_gradients(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves,
+                          bool retain_graph) {
+  Tensors outs, gos;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
+    outs.push_back(outputs[i]);
+    gos.push_back(grad_outputs.empty() ? at::Tensor() : grad_outputs[i]);
+  }
+  if (outs.empty() || leaves.empty()) return;
+  try {
+    // Into every leaf the outputs reach, which `leaves` are: named as inputs, they would
+    // cost the engine a pass over the graph to find their edges.
+    torch::autograd::backward(outs, gos, retain_graph, /*create_graph=*/false);
+  } catch (...) {
+    release_failed_backward();
+    throw;
+  }
+}
+
+GradStart grad_start(const at::Tensor& t) {
+  if (!t.defined() || !t.requires_grad() || !t.is_leaf()) return GradStart::Absent;
+  const at::Tensor& g = t.grad();
+  if (!g.defined()) return GradStart::Absent;
+  if (known_zero(g)) return GradStart::Zero;  // zeroed by koila and not written since: not read
+  if (g.layout() != at::kStrided || g.is_meta() || g.is_complex()) return GradStart::Held;
+  if (g.numel() == 0) return GradStart::Zero;
+  // Its least and largest elements, into two scalars (any() would first copy it to bools).
+  c10::NoGradGuard no_grad;
+  const auto [lo, hi] = at::aminmax(g);
+  return lo.item<double>() == 0 && hi.item<double>() == 0 ? GradStart::Zero : GradStart::Held;
+}
+
+bool reaches_eager_history(const std::vector<const Node*>& nodes) {
+  return std::any_of(nodes.begin(), nodes.end(), [](const Node* node) {
+    return node->kind != NodeKind::Op && node->value.defined() && node->value.grad_fn() != nullptr;
+  });
+}
+
+at::Tensor owned_gradient(const at::Tensor& grad, const at::Tensor& leaf) {
+  const bool owns_dense_memory = grad.is_non_overlapping_and_dense() && grad.strides() == leaf.strides() &&
+                                 grad.storage_offset() == 0 &&
+                                 grad.storage().nbytes() == static_cast<size_t>(grad.numel()) * grad.element_size();
+  return owns_dense_memory ? grad : at::empty_like(leaf).copy_(grad);
+}
+
+void commit_gradients(const Tensors& leaves, const Tensors& grads) {
+  c10::NoGradGuard no_grad;
+  // All or nothing: every allocation (a dense copy for a leaf without .grad) happens before
+  // any .grad changes, so an out-of-memory error within the budget leaves them all as they
+  // were; what follows only steals tensors or adds in place.
+  Tensors owned(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (grads[i].defined() && !leaves[i].grad().defined()) owned[i] = owned_gradient(grads[i], leaves[i]);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    at::Tensor& grad = const_cast<at::Tensor&>(leaves[i]).mutable_grad();
+    if (grad.defined())
+      grad.add_(grads[i]);
+    else
+      grad = owned[i];
+  }
+}
+
+}  // namespace koila

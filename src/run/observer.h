@@ -1,0 +1,26 @@
+// What a chunked run tells whoever watches it: which chunk starts, whether its forward or
+// its backward runs next, and each chunk a pass completes. The chunk strategy carries one
+// (ChunkRun::observer, chunked_run.h) instead of marks left in thread-locals: the memory
+// timeline (plan/timeline.h) follows phases and chunks, progress reporting (progress.h)
+// completed chunks. Every method does nothing unless overridden.
+#pragma once
+
+#include <cstdint>
+
+namespace koila {
+
+enum class Phase { Forward, Backward };
+
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  // Chunk `index` (0-based) starts; its forward runs first. An unsplit run announces none.
+  virtual void chunk_started(int64_t /*index*/) {}
+  // What runs next on this thread is the forward or the backward of the current chunk.
+  virtual void phase(Phase /*phase*/) {}
+  // A pass ("forward": one that combines values; "backward": the loop of a backward) has
+  // completed `done` of its `total` chunks; an unsplit run is one chunk.
+  virtual void chunk_done(const char* /*pass*/, int64_t /*done*/, int64_t /*total*/) {}
+};
+
+}  // namespace koila
