@@ -108,7 +108,9 @@ inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koi
 }
 
 inline void print_estimate_header() {
-  std::printf("| model | batch | mode | budget | chunk x n | est. peak MiB | meas. peak MiB | error | est. extra MiB | meas. extra MiB | error |\n");
+  std::printf(
+      "| model | batch | mode | budget | chunk x n | est. peak MiB | meas. peak MiB | error | est. extra MiB | meas. "
+      "extra MiB | error |\n");
   std::printf("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n");
 }
 

@@ -256,13 +256,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (resize.side > 0)  // images only
-      entries.erase(std::remove_if(entries.begin(), entries.end(), [](const Entry& e) { return e.input_shape.size() != 4; }),
-                    entries.end());
+      entries.erase(
+          std::remove_if(entries.begin(), entries.end(), [](const Entry& e) { return e.input_shape.size() != 4; }),
+          entries.end());
   }
 
   std::printf("## 7a. Chunked training step on the real-model corpus (cpu, median of %d, interleaved)", repeats);
-  if (resize.batch)
-    std::printf(": random batches of %lld samples", static_cast<long long>(resize.batch));
+  if (resize.batch) std::printf(": random batches of %lld samples", static_cast<long long>(resize.batch));
   if (resize.side)
     std::printf(", images of %lldx%lld", static_cast<long long>(resize.side), static_cast<long long>(resize.side));
   std::printf("\n\n");

@@ -67,7 +67,10 @@ int main(int argc, char** argv) {
   std::vector<Entry> entries = std::move(args.entries);
 
   std::printf("## Real-model corpus: estimate vs measured peak, planning time (cpu, median of %d steps)\n\n", repeats);
-  std::printf("| model | module | mode | batch | est. extra MiB | meas. extra MiB | error | source | first plan ms | plan again ms | later plans ms | unsplit step ms | plan/step | 3+ chunks: chunk x n | budget extra MiB | meas. extra MiB | within budget |\n");
+  std::printf(
+      "| model | module | mode | batch | est. extra MiB | meas. extra MiB | error | source | first plan ms | plan "
+      "again ms | later plans ms | unsplit step ms | plan/step | 3+ chunks: chunk x n | budget extra MiB | meas. extra "
+      "MiB | within budget |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|\n");
   std::vector<double> errors, plan_shares, later_shares;
   int under = 0, over_budget = 0, split_runs = 0, rows = 0;
@@ -124,21 +127,23 @@ int main(int argc, char** argv) {
         plan_shares.push_back(full.plan_seconds / step);
         later_shares.push_back(later / step);
         ++rows;
-        std::printf("| %s | %s | %s | %lld | %.2f | %.2f | %+.1f%% | %s | %.1f | %.1f | %.2f | %.1f | %.1f%% | %s | %s | %s | %s |\n",
-                    e.name.c_str(), module_mode.c_str(), mode_name, static_cast<long long>(e.input_shape[0]),
-                    mib(double(full.estimate)), mib(double(full.measured)), 100 * err,
-                    source_of(full.description).c_str(), 1e3 * full.plan_seconds, 1e3 * again, 1e3 * later, 1e3 * step,
-                    100 * full.plan_seconds / step, split_text.c_str(), budget_text.c_str(), peak_text.c_str(),
-                    within.c_str());
+        std::printf(
+            "| %s | %s | %s | %lld | %.2f | %.2f | %+.1f%% | %s | %.1f | %.1f | %.2f | %.1f | %.1f%% | %s | %s | %s | "
+            "%s |\n",
+            e.name.c_str(), module_mode.c_str(), mode_name, static_cast<long long>(e.input_shape[0]),
+            mib(double(full.estimate)), mib(double(full.measured)), 100 * err, source_of(full.description).c_str(),
+            1e3 * full.plan_seconds, 1e3 * again, 1e3 * later, 1e3 * step, 100 * full.plan_seconds / step,
+            split_text.c_str(), budget_text.c_str(), peak_text.c_str(), within.c_str());
         if (std::getenv("KOILA_BENCH_VERBOSE")) std::printf("\n    %s\n\n", full.description.c_str());
       }
     }
   }
-  std::printf("\n%d runs. Median |error| %.1f%% (target <= 3%%); worst under-estimate %+.1f%%; %d under-estimates "
-              "beyond the 10%% margin; %d of %d forced-split runs over budget (target 0); first plan / unsplit step: "
-              "median %.1f%%, worst %.1f%% (target <= 5%%); later plans / unsplit step: median %.2f%%, worst %.2f%%.\n",
-              rows, 100 * median(errors), 100 * worst_under, under, over_budget, split_runs, 100 * median(plan_shares),
-              100 * largest(plan_shares), 100 * median(later_shares), 100 * largest(later_shares));
+  std::printf(
+      "\n%d runs. Median |error| %.1f%% (target <= 3%%); worst under-estimate %+.1f%%; %d under-estimates "
+      "beyond the 10%% margin; %d of %d forced-split runs over budget (target 0); first plan / unsplit step: "
+      "median %.1f%%, worst %.1f%% (target <= 5%%); later plans / unsplit step: median %.2f%%, worst %.2f%%.\n",
+      rows, 100 * median(errors), 100 * worst_under, under, over_budget, split_runs, 100 * median(plan_shares),
+      100 * largest(plan_shares), 100 * median(later_shares), 100 * largest(later_shares));
   if (!failures.empty()) {
     std::printf("\nGraphs the planner could not simulate on meta tensors (its description's reason):\n");
     for (const auto& [reason, runs] : failures) {

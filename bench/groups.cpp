@@ -52,8 +52,8 @@ struct Model {
 // The loss over samples [start, start + length) of a fixed batch.
 Model build(int64_t batch, int64_t start, int64_t length) {
   Model m;
-  const int64_t shapes[6][2] = {{kHidden, kIn}, {kHidden, 1}, {kHidden, kHidden}, {kHidden, 1}, {kClasses, kHidden},
-                                {kClasses, 1}};
+  const int64_t shapes[6][2] = {{kHidden, kIn}, {kHidden, 1},        {kHidden, kHidden},
+                                {kHidden, 1},   {kClasses, kHidden}, {kClasses, 1}};
   check(koila_manual_seed(1), "seed");
   for (const auto& shape : shapes) {
     koila_tensor *t = nullptr, *scaled = nullptr;
@@ -186,8 +186,14 @@ std::vector<RankResult> run_ranks(const char* self, int64_t batch, int repeats, 
   env.push_back(nullptr);
   std::vector<pid_t> pids(2);
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {self, "--rank", std::to_string(r), init, dir + "/out." + std::to_string(r),
-                                     std::to_string(batch), std::to_string(repeats), std::to_string(extra)};
+    std::vector<std::string> args = {self,
+                                     "--rank",
+                                     std::to_string(r),
+                                     init,
+                                     dir + "/out." + std::to_string(r),
+                                     std::to_string(batch),
+                                     std::to_string(repeats),
+                                     std::to_string(extra)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -228,10 +234,11 @@ int main(int argc, char** argv) {
   if (n <= 0) return 1;
   path[n] = '\0';
 
-  std::printf("bench_groups: MLP %lld-%lld-%lld-%lld (float32, 8 MiB of gradients), global batch %lld, "
-              "median of %d steps; %ld CPU cores\n\n",
-              static_cast<long long>(kIn), static_cast<long long>(kHidden), static_cast<long long>(kHidden),
-              static_cast<long long>(kClasses), static_cast<long long>(batch), repeats, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf(
+      "bench_groups: MLP %lld-%lld-%lld-%lld (float32, 8 MiB of gradients), global batch %lld, "
+      "median of %d steps; %ld CPU cores\n\n",
+      static_cast<long long>(kIn), static_cast<long long>(kHidden), static_cast<long long>(kHidden),
+      static_cast<long long>(kClasses), static_cast<long long>(batch), repeats, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-34s %8s %12s %12s %12s %10s\n", "configuration", "chunks", "local ms", "step ms", "comm ms",
               "vs single");
   for (double fraction : {0.0, 0.01}) {
@@ -272,7 +279,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  std::printf("\nlocal ms: a rank's koila_backward on its half alone; step ms: its koila_group_backward (local "
-              "backward, agreement, all-reduce); comm ms: the difference (the slower rank's figures).\n");
+  std::printf(
+      "\nlocal ms: a rank's koila_backward on its half alone; step ms: its koila_group_backward (local "
+      "backward, agreement, all-reduce); comm ms: the difference (the slower rank's figures).\n");
   return 0;
 }

@@ -26,9 +26,10 @@ bench::EstimateRow measure(const Model& model, int64_t batch, koila_mode mode, i
 int main(int argc, char** argv) {
   const char* device = argc > 1 ? argv[1] : "cpu";
   const at::Device dev(device);
-  std::printf("Estimated vs measured peak memory (%s). extra = bytes beyond what was held before the run;\n"
-              "error = (estimated - measured) / measured.\n\n",
-              device);
+  std::printf(
+      "Estimated vs measured peak memory (%s). extra = bytes beyond what was held before the run;\n"
+      "error = (estimated - measured) / measured.\n\n",
+      device);
   bench::print_estimate_header();
   double worst = 0;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -16,10 +16,10 @@
 #include "module/module.h"
 #include "scripted_models.h"
 
-using koila_models::Handle;
-using koila_models::lazy;
 using bench::check;
 using bench::mib;
+using koila_models::Handle;
+using koila_models::lazy;
 
 namespace {
 
@@ -91,7 +91,9 @@ int main(int argc, char** argv) {
 
   std::printf("\n## Training step with a TorchScript module (%s, median of %d)\n\n", device, repeats);
   std::printf("plain = module.forward + cross entropy + backward in LibTorch; koila = the lazy graph built once\n\n");
-  std::printf("| model | batch | plain, optimizing executor ms | plain, op by op ms | koila ms | vs optimizing | koila, 1/4 budget: chunk x n | ms | vs unsplit |\n");
+  std::printf(
+      "| model | batch | plain, optimizing executor ms | plain, op by op ms | koila ms | vs optimizing | koila, 1/4 "
+      "budget: chunk x n | ms | vs unsplit |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
   for (Workload& w : workloads) {
     const int64_t batch = std::string(w.name) == "ts-mlp" ? (dev.is_cpu() ? 4096 : 65536) : (dev.is_cpu() ? 256 : 4096);
@@ -123,7 +125,8 @@ int main(int argc, char** argv) {
     check(koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING), "koila_plan_new");
     const long long chunk = koila_plan_chunk_size(plan), chunks = koila_plan_num_chunks(plan);
     koila_plan_free(plan);
-    if (std::getenv("KOILA_BENCH_VERBOSE")) std::printf("%s\n", bench::describe(loss.get(), KOILA_MODE_TRAINING).c_str());
+    if (std::getenv("KOILA_BENCH_VERBOSE"))
+      std::printf("%s\n", bench::describe(loss.get(), KOILA_MODE_TRAINING).c_str());
     const double chunked = bench::median_times(repeats, {through_koila})[0];
     check(koila_set_memory_budget(device, 0), "koila_set_memory_budget");
     std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.3f | %lld x %lld | %.1f | %.2fx |\n", w.name,

@@ -31,7 +31,7 @@ namespace {
 using koila_models::Handle;
 
 constexpr int kLayers = 500, kBatch = 32;
-int kWidth = 32;  // features of every layer (argument 2)
+int kWidth = 32;            // features of every layer (argument 2)
 bool kZeroInPlace = false;  // argument 3
 
 struct Net {
@@ -124,24 +124,30 @@ int main(int argc, char** argv) {
   }
 
   const auto times = bench::median_times(repeats, {
-      [&] {
-        Handle loss = net.lazy_loss(xs);
-        bench::check(koila_backward(loss.get()), "koila_backward");
-        net.zero_grad_lazy();
-      },
-      [&] { Handle loss = net.lazy_loss(xs); },
-      [&] {
-        at::Tensor h = xs;
-        for (int i = 0; i < kLayers; ++i) h = at::tanh(at::linear(h, eager_net.w[i], eager_net.b[i]));
-        h.mean().backward();
-        eager_net.zero_grad();
-      },
-  });
+                                                      [&] {
+                                                        Handle loss = net.lazy_loss(xs);
+                                                        bench::check(koila_backward(loss.get()), "koila_backward");
+                                                        net.zero_grad_lazy();
+                                                      },
+                                                      [&] { Handle loss = net.lazy_loss(xs); },
+                                                      [&] {
+                                                        at::Tensor h = xs;
+                                                        for (int i = 0; i < kLayers; ++i)
+                                                          h = at::tanh(at::linear(h, eager_net.w[i], eager_net.b[i]));
+                                                        h.mean().backward();
+                                                        eager_net.zero_grad();
+                                                      },
+                                                  });
 
-  std::printf("| graph | .grad between steps | first plan | first plan again (median) | rebuilt plan (median) | lazy step | of which building | eager step | lazy / eager |\n");
+  std::printf(
+      "| graph | .grad between steps | first plan | first plan again (median) | rebuilt plan (median) | lazy step | of "
+      "which building | eager step | lazy / eager |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.1f ms | %.2f ms | %.1f ms | %.1f ms | %.1f ms | %.3f |\n",
-              kLayers, kBatch, kWidth, 2 * kLayers + 1, kZeroInPlace ? "zeroed" : "absent", first_plan * 1e3, firsts.empty() ? 0.0 : bench::median(firsts) * 1e3, bench::median(rebuilt) * 1e3,
-              times[0] * 1e3, times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
+  std::printf(
+      "| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.1f ms | %.2f ms | %.1f ms | %.1f ms | "
+      "%.1f ms | %.3f |\n",
+      kLayers, kBatch, kWidth, 2 * kLayers + 1, kZeroInPlace ? "zeroed" : "absent", first_plan * 1e3,
+      firsts.empty() ? 0.0 : bench::median(firsts) * 1e3, bench::median(rebuilt) * 1e3, times[0] * 1e3, times[1] * 1e3,
+      times[2] * 1e3, times[0] / times[2]);
   return 0;
 }

@@ -38,7 +38,11 @@ struct Setup {
   at::Tensor xs, ys;
   Handle x, y, loss;
   Setup(const Case& c, const at::Device& dev)
-      : m(c.kind, dev, 1), xs(m.input(c.batch)), ys(m.target(c.batch)), x(lazy(xs, 0)), y(lazy(ys, 0)),
+      : m(c.kind, dev, 1),
+        xs(m.input(c.batch)),
+        ys(m.target(c.batch)),
+        x(lazy(xs, 0)),
+        y(lazy(ys, 0)),
         loss(m.loss(x.get(), y.get())) {}
 };
 
@@ -49,9 +53,9 @@ int main(int argc, char** argv) {
   const char* device = argc > 1 ? argv[1] : "cpu";
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 11;
   const at::Device dev(device);
-  const std::vector<Case> cases = dev.is_cpu()
-                                      ? std::vector<Case>{{Kind::MLP, 4096}, {Kind::CNN, 256}, {Kind::Transformer, 256}}
-                                      : std::vector<Case>{{Kind::MLP, 65536}, {Kind::CNN, 4096}, {Kind::Transformer, 4096}};
+  const std::vector<Case> cases =
+      dev.is_cpu() ? std::vector<Case>{{Kind::MLP, 4096}, {Kind::CNN, 256}, {Kind::Transformer, 256}}
+                   : std::vector<Case>{{Kind::MLP, 65536}, {Kind::CNN, 4096}, {Kind::Transformer, 4096}};
 
   std::printf("## Training step, batch fits (%s, median of %d)\n\n", device, repeats);
   std::printf("| model | batch | plain LibTorch ms | koila ms | ratio | koila, graph rebuilt each step ms | ratio |\n");
@@ -61,17 +65,18 @@ int main(int argc, char** argv) {
     const Model& m = setup.m;
     const at::Tensor &xs = setup.xs, &ys = setup.ys;
     const Handle &x = setup.x, &y = setup.y, &loss = setup.loss;
-    const std::vector<double> t = bench::median_times(
-        repeats, {[&] {
-                    m.zero_grad();
-                    m.eager_loss(xs, ys).backward();
-                    if (!dev.is_cpu()) m.params()[0].grad().sum().item<float>();  // wait for the device
-                  },
-                  [&] { koila_step(m, loss.get(), dev); },
-                  [&] {
-                    Handle l = m.loss(x.get(), y.get());
-                    koila_step(m, l.get(), dev);
-                  }});
+    const std::vector<double> t =
+        bench::median_times(repeats, {[&] {
+                                        m.zero_grad();
+                                        m.eager_loss(xs, ys).backward();
+                                        if (!dev.is_cpu())
+                                          m.params()[0].grad().sum().item<float>();  // wait for the device
+                                      },
+                                      [&] { koila_step(m, loss.get(), dev); },
+                                      [&] {
+                                        Handle l = m.loss(x.get(), y.get());
+                                        koila_step(m, l.get(), dev);
+                                      }});
     const double plain = t[0], koila = t[1], rebuilt = t[2];
     std::printf("| %s | %lld | %.1f | %.1f | %.3f | %.1f | %.3f |\n", name(c.kind), static_cast<long long>(c.batch),
                 1e3 * plain, 1e3 * koila, koila / plain, 1e3 * rebuilt, rebuilt / plain);
@@ -80,7 +85,8 @@ int main(int argc, char** argv) {
 
   std::printf("\n## Chunked training step under smaller budgets (%s, median of %d, interleaved)\n\n", device, repeats);
   std::printf("budget = memory in use + a fraction of the estimated unsplit extra\n\n");
-  std::printf("| model | batch | budget | chunk x n | est. peak MiB | meas. peak MiB | budget MiB | step ms | vs unsplit |\n");
+  std::printf(
+      "| model | batch | budget | chunk x n | est. peak MiB | meas. peak MiB | budget MiB | step ms | vs unsplit |\n");
   std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     const Setup setup(c, dev);
@@ -122,12 +128,13 @@ int main(int argc, char** argv) {
     // The budgets take turns, step by step.
     std::vector<std::function<void()>> steps;
     for (Row& r : rows)
-      if (r.refused.empty()) steps.push_back([&, row = &r] {
-        check(koila_set_memory_budget(device, row->budget), "koila_set_memory_budget");
-        check(koila_memory_reset_peak(device), "koila_memory_reset_peak");
-        koila_step(m, loss.get(), dev);
-        row->measured = std::max(row->measured, bench::memory(device).peak);
-      });
+      if (r.refused.empty())
+        steps.push_back([&, row = &r] {
+          check(koila_set_memory_budget(device, row->budget), "koila_set_memory_budget");
+          check(koila_memory_reset_peak(device), "koila_memory_reset_peak");
+          koila_step(m, loss.get(), dev);
+          row->measured = std::max(row->measured, bench::memory(device).peak);
+        });
     const std::vector<double> t = bench::median_times(repeats, steps);
     for (size_t k = 0, timed = 0; k < rows.size(); ++k) {
       const Row& r = rows[k];
@@ -149,7 +156,9 @@ int main(int argc, char** argv) {
 
   std::printf("\n## KOILA_CHUNK_FASTEST against LARGEST, the batch fits (%s, median of %d, interleaved)\n\n", device,
               repeats);
-  std::printf("| model | batch | mode | LARGEST ms | FASTEST: chunk x n | ms | speed-up | runs measuring | FASTEST's account |\n");
+  std::printf(
+      "| model | batch | mode | LARGEST ms | FASTEST: chunk x n | ms | speed-up | runs measuring | FASTEST's account "
+      "|\n");
   std::printf("|---|---:|---|---:|---|---:|---:|---:|---|\n");
   for (const Case& c : cases) {
     const Setup setup(c, dev);

@@ -63,8 +63,10 @@ inline torch::jit::Module cnn(uint64_t seed = 0, double dropout = 0.0) {
 inline torch::jit::Module mlp(uint64_t seed = 0) {
   at::manual_seed(seed);
   const std::string linear = "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n";
-  torch::jit::Module fc1 = module("Linear1", {{"weight", init({256, 784}, 0.03)}, {"bias", init({256}, 0.01)}}, {}, linear);
-  torch::jit::Module fc2 = module("Linear2", {{"weight", init({10, 256}, 0.06)}, {"bias", init({10}, 0.01)}}, {}, linear);
+  torch::jit::Module fc1 =
+      module("Linear1", {{"weight", init({256, 784}, 0.03)}, {"bias", init({256}, 0.01)}}, {}, linear);
+  torch::jit::Module fc2 =
+      module("Linear2", {{"weight", init({10, 256}, 0.06)}, {"bias", init({10}, 0.01)}}, {}, linear);
   torch::jit::Module m("MLP");
   m.register_module("fc1", fc1);
   m.register_module("fc2", fc2);

@@ -8,7 +8,7 @@
 
 #define SYNTHETIC_PIXELS ((int64_t)3 * 32 * 32)
 
-static void synthetic_images(float *images, int64_t *labels, int64_t batch) {
+static void synthetic_images(float* images, int64_t* labels, int64_t batch) {
   unsigned long long seed = 42;
   int64_t s, p;
   for (s = 0; s < batch; ++s) {
@@ -17,8 +17,8 @@ static void synthetic_images(float *images, int64_t *labels, int64_t batch) {
     for (p = 0; p < SYNTHETIC_PIXELS; ++p) {
       const int64_t row = (p / 32) % 32, col = p % 32;
       seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-      images[s * SYNTHETIC_PIXELS + p] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5) +
-                                         ((row / 8) * 4 + col / 8 == label ? 1.0f : 0.0f);
+      images[s * SYNTHETIC_PIXELS + p] =
+          (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5) + ((row / 8) * 4 + col / 8 == label ? 1.0f : 0.0f);
     }
   }
 }

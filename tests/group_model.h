@@ -65,8 +65,8 @@ inline koila_status* loss_over(koila_tensor** out, const Model* m, int64_t start
   if (!s) s = koila_tensor_randn(&all, batch_shape, 2, KOILA_FLOAT64, "cpu");
   if (!s) s = koila_tensor_to_host(all, inputs.data(), inputs.size() * sizeof(double));
   if (!s)
-    s = koila_tensor_from_data(&x, inputs.data() + start * kIn, length * kIn * sizeof(double), KOILA_FLOAT64,
-                               x_shape, 2, "cpu");
+    s = koila_tensor_from_data(&x, inputs.data() + start * kIn, length * kIn * sizeof(double), KOILA_FLOAT64, x_shape,
+                               2, "cpu");
   if (!s) s = koila_tensor_from_data(&y, targets.data(), length * sizeof(int64_t), KOILA_INT64, &length, 1, "cpu");
   if (!s && lazy) {
     koila_tensor *lx = nullptr, *ly = nullptr;

@@ -109,13 +109,12 @@ int main(int argc, char** argv) {
 
   const auto start = std::chrono::steady_clock::now();
   koila_status* s = koila_group_backward(group, loss, model.params, group_model::kParams);
-  const double elapsed =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   write_doubles(out + "/grads." + std::to_string(rank), group_model::read_all_grads(model.params));
   FILE* f = std::fopen((out + "/status." + std::to_string(rank)).c_str(), "w");
   if (!f) return 3;
-  std::fprintf(f, "%d %.1f %lld %s\n", static_cast<int>(koila_status_code(s)), elapsed,
-               static_cast<long long>(chunks), koila_status_message(s));
+  std::fprintf(f, "%d %.1f %lld %s\n", static_cast<int>(koila_status_code(s)), elapsed, static_cast<long long>(chunks),
+               koila_status_message(s));
   std::fclose(f);
   koila_status_free(s);
   koila_tensor_free(loss);

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "api/convert.h"
 #include "graph/graph.h"
 #include "koila.h"
 #include "memory/cpu_allocator.h"
 #include "models.h"
 #include "plan/estimate.h"
 #include "plan/planner.h"
-#include "api/convert.h"
 
 namespace koila_test {
 
@@ -24,12 +24,12 @@ constexpr int64_t kConcrete = INT64_MAX;
 using koila_models::Handle;
 
 // Expects success; on failure reports the status message.
-#define ASSERT_OK(expr)                                                        \
-  do {                                                                         \
-    koila_status* status_ = (expr);                                            \
-    std::string message_ = koila_status_message(status_);                      \
-    koila_status_free(status_);                                                \
-    ASSERT_EQ(status_, nullptr) << #expr << " failed: " << message_;           \
+#define ASSERT_OK(expr)                                              \
+  do {                                                               \
+    koila_status* status_ = (expr);                                  \
+    std::string message_ = koila_status_message(status_);            \
+    koila_status_free(status_);                                      \
+    ASSERT_EQ(status_, nullptr) << #expr << " failed: " << message_; \
   } while (0)
 
 inline koila_dtype to_dtype(at::ScalarType t) { return koila::to_koila_dtype(t); }

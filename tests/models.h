@@ -81,9 +81,9 @@ class Model {
         param({10, 32 * 8 * 8}, 0.02), param({10}, 0.01);
         break;
       case Kind::Transformer:
-        param({kE}, 0.1), param({kE}, 0.1);  // layer norm 1
+        param({kE}, 0.1), param({kE}, 0.1);                                                          // layer norm 1
         param({kE, kE}, 0.08), param({kE, kE}, 0.08), param({kE, kE}, 0.08), param({kE, kE}, 0.08);  // q k v o
-        param({kE}, 0.1), param({kE}, 0.1);  // layer norm 2
+        param({kE}, 0.1), param({kE}, 0.1);                                                          // layer norm 2
         param({4 * kE, kE}, 0.08), param({4 * kE}, 0.01), param({kE, 4 * kE}, 0.04), param({kE}, 0.01);
         param({10, kE}, 0.08), param({10}, 0.01);
         break;
@@ -132,7 +132,8 @@ class Model {
         step(h, "conv2d", [&](koila_tensor** o) { return koila_conv2d(o, x, p(0), p(1), nullptr, one, nullptr, 1); });
         step(h, "relu", [&](koila_tensor** o) { return koila_relu(o, h.get()); });
         step(h, "max_pool2d", [&](koila_tensor** o) { return koila_max_pool2d(o, h.get(), two, nullptr, nullptr, 0); });
-        step(h, "conv2d", [&](koila_tensor** o) { return koila_conv2d(o, h.get(), p(2), p(3), nullptr, one, nullptr, 1); });
+        step(h, "conv2d",
+             [&](koila_tensor** o) { return koila_conv2d(o, h.get(), p(2), p(3), nullptr, one, nullptr, 1); });
         step(h, "relu", [&](koila_tensor** o) { return koila_relu(o, h.get()); });
         step(h, "max_pool2d", [&](koila_tensor** o) { return koila_max_pool2d(o, h.get(), two, nullptr, nullptr, 0); });
         step(h, "flatten", [&](koila_tensor** o) { return koila_flatten(o, h.get(), 1, -1); });
@@ -161,7 +162,8 @@ class Model {
         step(a, "reshape", [&](koila_tensor** o) { return koila_reshape(o, a.get(), merged, 3); });
         step(a, "linear", [&](koila_tensor** o) { return koila_linear(o, a.get(), p(5), nullptr); });
         step(r1, "add", [&](koila_tensor** o) { return koila_add(o, x, a.get()); });
-        step(n2, "layer_norm", [&](koila_tensor** o) { return koila_layer_norm(o, r1.get(), ln, 1, p(6), p(7), 1e-5); });
+        step(n2, "layer_norm",
+             [&](koila_tensor** o) { return koila_layer_norm(o, r1.get(), ln, 1, p(6), p(7), 1e-5); });
         step(m, "linear", [&](koila_tensor** o) { return koila_linear(o, n2.get(), p(8), p(9)); });
         step(m, "gelu", [&](koila_tensor** o) { return koila_gelu(o, m.get()); });
         step(m, "linear", [&](koila_tensor** o) { return koila_linear(o, m.get(), p(10), p(11)); });

@@ -2,8 +2,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "run/executor.h"
 #include "helpers.h"
+#include "run/executor.h"
 
 using namespace koila_test;
 

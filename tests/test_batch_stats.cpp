@@ -227,17 +227,18 @@ TEST(BatchStats, ModuleWithCumulativeAverageCountsOneBatch) {
   BudgetGuard restore;
   PolicyGuard policy(KOILA_BATCH_STATS_PER_CHUNK);
   at::manual_seed(11);
-  torch::jit::Module bn = scripted::module(
-      "BatchNormCumulative", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
-      {{"running_mean", at::randn({3})}, {"running_var", at::rand({3}) + 0.5},
-       {"num_batches_tracked", at::full({}, 3, at::kLong)}},
-      "def forward(self, x):\n"
-      "    factor = 0.0\n"
-      "    if self.training:\n"
-      "        self.num_batches_tracked.add_(1)\n"
-      "        factor = 1.0 / float(self.num_batches_tracked)\n"
-      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
-      "                            self.training, factor, 1e-5, False)\n");
+  torch::jit::Module bn =
+      scripted::module("BatchNormCumulative", {{"weight", at::rand({3}) + 0.5}, {"bias", at::randn({3})}},
+                       {{"running_mean", at::randn({3})},
+                        {"running_var", at::rand({3}) + 0.5},
+                        {"num_batches_tracked", at::full({}, 3, at::kLong)}},
+                       "def forward(self, x):\n"
+                       "    factor = 0.0\n"
+                       "    if self.training:\n"
+                       "        self.num_batches_tracked.add_(1)\n"
+                       "        factor = 1.0 / float(self.num_batches_tracked)\n"
+                       "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
+                       "                            self.training, factor, 1e-5, False)\n");
   koila_module wrapped{bn, c10::Device(c10::kCPU)};
   const at::Tensor xs = at::randn({32, 3, 4, 4}) * 3 - 1;
   Handle x = koila_models::lazy(xs, 0);
@@ -289,8 +290,8 @@ torch::jit::Module one_batch_norm(const std::string& name) {
 TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
   at::manual_seed(12);
   torch::jit::Module bn = one_batch_norm("BatchNormRouted");
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("koila_bn_route_" + std::to_string(::getpid()) + ".pt")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("koila_bn_route_" + std::to_string(::getpid()) + ".pt")).string();
   bn.save(path);
   koila_module* raw = nullptr;
   ASSERT_OK(koila_module_load(&raw, path.c_str(), "cpu"));

@@ -4,11 +4,11 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "helpers.h"
+#include "plan/memo.h"
+#include "run/analysis.h"
 #include "run/chunked_run.h"
 #include "run/executor.h"
-#include "helpers.h"
-#include "run/analysis.h"
-#include "plan/memo.h"
 #include "run/zeroed_grads.h"
 
 using namespace koila_test;
@@ -149,12 +149,12 @@ TEST(ChunkedGrads, MnistMlpSplitsUnderABudgetBelowItsUnsplitNeed) {
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
   const uint64_t unsplit_measured = backward_extra(m.loss.get());
   EXPECT_LT(extra, unsplit_measured);
-  std::printf("[ mnist mlp, batch 9, zeroed .grad ] unsplit estimated %llu B, measured %llu B; chunks of %lld "
-              "estimated %llu B, measured %llu B (%lld chunks); budget %llu B beyond use\n",
-              static_cast<unsigned long long>(unsplit), static_cast<unsigned long long>(unsplit_measured),
-              static_cast<long long>(chunk), static_cast<unsigned long long>(chunked),
-              static_cast<unsigned long long>(extra), static_cast<long long>(p.chunks),
-              static_cast<unsigned long long>(budget - current));
+  std::printf(
+      "[ mnist mlp, batch 9, zeroed .grad ] unsplit estimated %llu B, measured %llu B; chunks of %lld "
+      "estimated %llu B, measured %llu B (%lld chunks); budget %llu B beyond use\n",
+      static_cast<unsigned long long>(unsplit), static_cast<unsigned long long>(unsplit_measured),
+      static_cast<long long>(chunk), static_cast<unsigned long long>(chunked), static_cast<unsigned long long>(extra),
+      static_cast<long long>(p.chunks), static_cast<unsigned long long>(budget - current));
 }
 
 // Measured: a chunked backward holds at most the largest single gradient beyond what the

@@ -6,9 +6,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "helpers.h"
@@ -33,10 +33,10 @@ std::string no_cuda_reason() {
   return why;
 }
 
-#define SKIP_WITHOUT_CUDA()                                                                                \
-  do {                                                                                                     \
-    const std::string why_ = no_cuda_reason();                                                             \
-    if (!why_.empty()) GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch, not here: " << why_;      \
+#define SKIP_WITHOUT_CUDA()                                                                           \
+  do {                                                                                                \
+    const std::string why_ = no_cuda_reason();                                                        \
+    if (!why_.empty()) GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch, not here: " << why_; \
   } while (0)
 
 uint64_t current_cuda() {

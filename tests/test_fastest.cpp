@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "plan/chunking_options.h"
-#include "plan/fastest.h"
 #include "helpers.h"
 #include "models.h"
+#include "plan/chunking_options.h"
+#include "plan/fastest.h"
 #include "plan/memo.h"
 
 using namespace koila_test;

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,8 +75,8 @@ int free_port() {
 
 // Runs `size` workers of `scenario` and collects what each wrote. Workers alive after
 // `deadline` are killed (the caller checks what it expects to have finished).
-std::vector<Outcome> run_group(const std::string& scenario, int size, int64_t timeout_ms,
-                               std::chrono::seconds deadline, const std::string& init_kind = "file") {
+std::vector<Outcome> run_group(const std::string& scenario, int size, int64_t timeout_ms, std::chrono::seconds deadline,
+                               const std::string& init_kind = "file") {
   const std::string dir = temp_dir();
   EXPECT_FALSE(dir.empty());
   std::string init = "file://" + dir + "/store";
@@ -203,8 +203,8 @@ void expect_others_fail_in_time(const std::string& scenario) {
     EXPECT_LT(o.elapsed_ms, timeout_ms + 2000.0);
     EXPECT_LT(max_difference(o.grads, std::vector<double>(o.grads.size(), 0.0)), 1e-300)
         << "a gradient changed although the group backward failed";
-    std::printf("[ groups ] %s: rank %d failed with KOILA_ERROR_IO after %.0f ms (timeout %lld ms)\n",
-                scenario.c_str(), r, o.elapsed_ms, static_cast<long long>(timeout_ms));
+    std::printf("[ groups ] %s: rank %d failed with KOILA_ERROR_IO after %.0f ms (timeout %lld ms)\n", scenario.c_str(),
+                r, o.elapsed_ms, static_cast<long long>(timeout_ms));
   }
 }
 
@@ -288,7 +288,8 @@ TEST(Groups, OneRankGroupIsAPlainBackward) {
   EXPECT_EQ(code_of(koila_group_backward(g, nullptr, model.params, 4)), KOILA_ERROR_INVALID_ARGUMENT);
   koila_tensor* twice[4] = {model.params[0], model.params[0], model.params[2], model.params[3]};
   EXPECT_EQ(code_of(koila_group_backward(g, loss, twice, 4)), KOILA_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(group_model::read_all_grads(model.params), std::vector<double>(group_model::read_all(model.params).size(), 0.0))
+  EXPECT_EQ(group_model::read_all_grads(model.params),
+            std::vector<double>(group_model::read_all(model.params).size(), 0.0))
       << "failed group backwards changed gradients";
   ASSERT_EQ(koila_group_backward(g, loss, model.params, 4), nullptr);
   const Reference ref = reference(KOILA_REDUCTION_MEAN);

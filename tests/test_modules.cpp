@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "helpers.h"
-#include "graph/meta_kernels.h"
 #include "base/error.h"
+#include "graph/meta_kernels.h"
+#include "helpers.h"
 #include "module/module.h"
 #include "plan/planner.h"
 #include "scripted_models.h"
@@ -88,8 +88,8 @@ void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
     ASSERT_TRUE(a[i].defined() && b[i].defined()) << what << " tensor " << i;
     const double diff = (a[i] - b[i]).abs().max().item<double>();
     const double scale = b[i].abs().max().item<double>();
-    EXPECT_LE(diff, rtol * scale + 1e-7) << what << " tensor " << i << " differs by " << diff << " (largest "
-                                         << scale << ")";
+    EXPECT_LE(diff, rtol * scale + 1e-7) << what << " tensor " << i << " differs by " << diff << " (largest " << scale
+                                         << ")";
   }
 }
 
@@ -254,7 +254,8 @@ TEST_P(OptimizerLoop, MatchesTorchOptim) {
     reference = std::make_unique<torch::optim::Adam>(
         b_params, torch::optim::AdamOptions(1e-3).betas(std::make_tuple(0.8, 0.99)).eps(1e-7).weight_decay(1e-2));
   else
-    reference = std::make_unique<torch::optim::SGD>(b_params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+    reference =
+        std::make_unique<torch::optim::SGD>(b_params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
 
   Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
   Handle logits = forward(m.get(), {x.get()});
@@ -343,8 +344,9 @@ TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   Handle train = forward(m.get(), {x.get()});
   // It mixes samples only through its statistics (with the layer evaluating, it does not).
   EXPECT_TRUE(node(train.get()).couples.empty()) << node(train.get()).couples;
-  EXPECT_NE(node(train.get()).stats_couples.find("(module BatchNorm) normalizes with statistics over the batch in its "
-                                                 "BatchNorm layers in training (the module itself)"),
+  EXPECT_NE(node(train.get())
+                .stats_couples.find("(module BatchNorm) normalizes with statistics over the batch in its "
+                                    "BatchNorm layers in training (the module itself)"),
             std::string::npos)
       << node(train.get()).stats_couples;
   // Building ran probes but changed no buffer.
@@ -599,7 +601,7 @@ TEST(Optimizers, BadArgumentsFail) {
 TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   BudgetGuard restore;
   koila::ensure_meta_kernels();  // koila's own fill-ins first: they are part of what runs on meta
-  bool meta_op = true;  // LibTorch 1.13 has no Meta kernel for logcumsumexp; later versions may
+  bool meta_op = true;           // LibTorch 1.13 has no Meta kernel for logcumsumexp; later versions may
   try {
     at::logcumsumexp(at::empty({2, 3}, at::kMeta), 1);
   } catch (const std::exception&) {
@@ -607,8 +609,8 @@ TEST(Modules, OpsWithoutMetaKernelsAreProbedOnRealSamples) {
   }
   const at::Tensor xs = at::randn({10, 8}), w = at::randn({8});
   Handle x = koila_models::lazy(xs, 0);
-  torch::jit::Module per_sample = scripted::module(
-      "Lcse", {{"w", w}}, {}, "def forward(self, x):\n    return torch.logcumsumexp(x, 1) * self.w\n");
+  torch::jit::Module per_sample =
+      scripted::module("Lcse", {{"w", w}}, {}, "def forward(self, x):\n    return torch.logcumsumexp(x, 1) * self.w\n");
   ModuleHandle m = wrap(per_sample);
   Handle y = forward(m.get(), {x.get()});
   EXPECT_EQ(shape_of(y.get()), (std::vector<int64_t>{10, 8}));
@@ -732,7 +734,9 @@ TEST(Modules, ParametersInListAttributesAreSimulated) {
   for (int64_t layer = 0; layer < 2; ++layer) {
     const int64_t in = layer == 0 ? 8 : 16;
     for (auto [name, shape] : {std::pair<std::string, std::vector<int64_t>>{"w_ih", {64, in}},
-                               {"w_hh", {64, 16}}, {"b_ih", {64}}, {"b_hh", {64}}}) {
+                               {"w_hh", {64, 16}},
+                               {"b_ih", {64}},
+                               {"b_hh", {64}}}) {
       at::Tensor p = (at::randn(shape) * 0.2).requires_grad_(true);
       lstm.register_parameter(name + std::to_string(layer), p, false);
       flat.push_back(p);

@@ -9,9 +9,9 @@
 #include <set>
 #include <string>
 
-#include "run/executor.h"
-#include "helpers.h"
 #include "graph/meta_kernels.h"
+#include "helpers.h"
+#include "run/executor.h"
 
 using namespace koila_test;
 using koila::BatchReduction;
@@ -28,7 +28,7 @@ struct Case {
   int64_t batch_dim = -1;           // expected batch dim of the result
   bool couples = false;             // expected: the op mixes samples
   BatchReduction reduction = BatchReduction::None;
-  bool stats_couples = false;       // expected: it mixes them only through batch statistics
+  bool stats_couples = false;  // expected: it mixes them only through batch statistics
 };
 
 at::Tensor rnd(at::IntArrayRef shape) { return at::randn(shape, at::kFloat); }
@@ -40,7 +40,9 @@ void expect_close(const at::Tensor& actual, const at::Tensor& expected, const st
   ASSERT_EQ(actual.scalar_type(), expected.scalar_type()) << what;
   if (at::isFloatingType(expected.scalar_type())) {
     EXPECT_TRUE(at::allclose(actual.to(at::kDouble), expected.to(at::kDouble), 1e-4, 1e-5, true))
-        << what << "\nactual:\n" << actual << "\nexpected:\n" << expected;
+        << what << "\nactual:\n"
+        << actual << "\nexpected:\n"
+        << expected;
   } else {
     EXPECT_TRUE(at::equal(actual, expected)) << what << "\nactual:\n" << actual << "\nexpected:\n" << expected;
   }
@@ -339,7 +341,9 @@ TEST(Ops, Matmul) {
 }
 
 TEST(Ops, Linear) {
-  auto build = [](koila_tensor** o, const auto& in) { return koila_linear(o, in[0], in[1], in.size() > 2 ? in[2] : nullptr); };
+  auto build = [](koila_tensor** o, const auto& in) {
+    return koila_linear(o, in[0], in[1], in.size() > 2 ? in[2] : nullptr);
+  };
   auto ref = [](const auto& v) { return at::linear(v[0], v[1], v.size() > 2 ? v[2] : at::Tensor()); };
   check(build, ref, {"with bias", {rnd({4, 3}), rnd({5, 3}), rnd({5})}, {0, C, C}, 0});
   check(build, ref, {"without bias", {rnd({4, 3}), rnd({5, 3})}, {0, C}, 0});
@@ -362,9 +366,15 @@ TEST(Ops, Conv) {
   const int64_t s2[] = {2, 1}, p1[] = {1, 2}, d2[] = {2, 1};
   check(conv2d(nullptr, nullptr, nullptr, 1), [](const auto& v) { return at::conv2d(v[0], v[1], v[2]); },
         {"defaults", {rnd({4, 3, 9, 8}), rnd({6, 3, 3, 3}), rnd({6})}, {0, C, C}, 0});
-  check(conv2d(s2, p1, d2, 1), [](const auto& v) { return at::conv2d(v[0], v[1], {}, {2, 1}, {1, 2}, {2, 1}); },
+  check(conv2d(s2, p1, d2, 1),
+        [](const auto& v) {
+          return at::conv2d(v[0], v[1], {}, {2, 1}, {1, 2}, {2, 1});
+        },
         {"stride, padding, dilation, no bias", {rnd({4, 3, 9, 8}), rnd({6, 3, 3, 2})}, {0, C}, 0});
-  check(conv2d(nullptr, p1, nullptr, 3), [](const auto& v) { return at::conv2d(v[0], v[1], v[2], 1, {1, 2}, 1, 3); },
+  check(conv2d(nullptr, p1, nullptr, 3),
+        [](const auto& v) {
+          return at::conv2d(v[0], v[1], v[2], 1, {1, 2}, 1, 3);
+        },
         {"groups", {rnd({2, 6, 5, 5}), rnd({9, 2, 3, 3}), rnd({9})}, {0, C, C}, 0});
   check(conv2d(nullptr, nullptr, nullptr, 1), [](const auto& v) { return at::conv2d(v[0], v[1], v[2]); },
         {"unbatched input", {rnd({3, 7, 7}), rnd({4, 3, 3, 3}), rnd({4})}, {NB, C, C}, -1});
@@ -374,29 +384,53 @@ TEST(Ops, Conv) {
   check([&](koila_tensor** o, const auto& in) { return koila_conv1d(o, in[0], in[1], in[2], s1, pd1, dl1, 1); },
         [](const auto& v) { return at::conv1d(v[0], v[1], v[2], 2, 1); },
         {"conv1d", {rnd({4, 3, 10}), rnd({5, 3, 3}), rnd({5})}, {0, C, C}, 0});
-  check([](koila_tensor** o, const auto& in) { return koila_conv1d(o, in[0], in[1], nullptr, nullptr, nullptr, nullptr, 1); },
-        [](const auto& v) { return at::conv1d(v[0], v[1]); }, {"conv1d defaults", {rnd({4, 3, 10}), rnd({5, 3, 3})}, {0, C}, 0});
+  check([](koila_tensor** o,
+           const auto& in) { return koila_conv1d(o, in[0], in[1], nullptr, nullptr, nullptr, nullptr, 1); },
+        [](const auto& v) { return at::conv1d(v[0], v[1]); },
+        {"conv1d defaults", {rnd({4, 3, 10}), rnd({5, 3, 3})}, {0, C}, 0});
 }
 
 TEST(Ops, Pooling) {
   const int64_t k2[] = {2, 2}, k3[] = {3, 2}, s1[] = {1, 2}, p1[] = {1, 0};
   auto maxp = [](const int64_t* k, const int64_t* s, const int64_t* p, int ceil) {
-    return [=](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_max_pool2d(o, in[0], k, s, p, ceil); };
+    return [=](koila_tensor** o, const std::vector<koila_tensor*>& in) {
+      return koila_max_pool2d(o, in[0], k, s, p, ceil);
+    };
   };
   auto avgp = [](const int64_t* k, const int64_t* s, const int64_t* p, int ceil) {
-    return [=](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_avg_pool2d(o, in[0], k, s, p, ceil); };
+    return [=](koila_tensor** o, const std::vector<koila_tensor*>& in) {
+      return koila_avg_pool2d(o, in[0], k, s, p, ceil);
+    };
   };
-  check(maxp(k2, nullptr, nullptr, 0), [](const auto& v) { return at::max_pool2d(v[0], {2, 2}); },
+  check(maxp(k2, nullptr, nullptr, 0),
+        [](const auto& v) {
+          return at::max_pool2d(v[0], {2, 2});
+        },
         {"max defaults", {rnd({4, 3, 8, 8})}, {0}, 0});
-  check(maxp(k3, s1, p1, 1), [](const auto& v) { return at::max_pool2d(v[0], {3, 2}, {1, 2}, {1, 0}, 1, true); },
+  check(maxp(k3, s1, p1, 1),
+        [](const auto& v) {
+          return at::max_pool2d(v[0], {3, 2}, {1, 2}, {1, 0}, 1, true);
+        },
         {"max stride padding ceil", {rnd({4, 3, 7, 9})}, {0}, 0});
-  check(maxp(k2, nullptr, nullptr, 0), [](const auto& v) { return at::max_pool2d(v[0], {2, 2}); },
+  check(maxp(k2, nullptr, nullptr, 0),
+        [](const auto& v) {
+          return at::max_pool2d(v[0], {2, 2});
+        },
         {"max unbatched [C, H, W] with batch in C", {rnd({3, 8, 8})}, {0}, 0});
-  check(maxp(k2, nullptr, nullptr, 0), [](const auto& v) { return at::max_pool2d(v[0], {2, 2}); },
+  check(maxp(k2, nullptr, nullptr, 0),
+        [](const auto& v) {
+          return at::max_pool2d(v[0], {2, 2});
+        },
         {"max pooling over the batch", {rnd({3, 8, 8})}, {1}, -1, true});
-  check(avgp(k2, nullptr, nullptr, 0), [](const auto& v) { return at::avg_pool2d(v[0], {2, 2}); },
+  check(avgp(k2, nullptr, nullptr, 0),
+        [](const auto& v) {
+          return at::avg_pool2d(v[0], {2, 2});
+        },
         {"avg defaults", {rnd({4, 3, 8, 8})}, {0}, 0});
-  check(avgp(k3, s1, p1, 1), [](const auto& v) { return at::avg_pool2d(v[0], {3, 2}, {1, 2}, {1, 0}, true); },
+  check(avgp(k3, s1, p1, 1),
+        [](const auto& v) {
+          return at::avg_pool2d(v[0], {3, 2}, {1, 2}, {1, 0}, true);
+        },
         {"avg stride padding ceil", {rnd({4, 3, 7, 9})}, {1}, 1});
   for (auto size : {std::vector<int64_t>{1, 1}, std::vector<int64_t>{3, 2}}) {
     check([size](koila_tensor** o, const auto& in) { return koila_adaptive_avg_pool2d(o, in[0], size.data()); },
@@ -422,10 +456,10 @@ TEST(Ops, BatchNorm) {
   check(build(0), ref(false), {"evaluation, batch in H", {x, w, b, mean, var}, {2, C, C, C, C}, 2});
   check(build(0), ref(false), {"evaluation, batch in channels", {x, w, b, mean, var}, {1, C, C, C, C}, -1, true});
   // Training couples the batch through its statistics only (koila_set_batch_stats decides).
-  check(build(1), ref(true),
-        {"training", {x, w, b, mean, var}, {0, C, C, C, C}, 0, false, BatchReduction::None, true});
+  check(build(1), ref(true), {"training", {x, w, b, mean, var}, {0, C, C, C, C}, 0, false, BatchReduction::None, true});
   check(build(1), ref(true), {"training, batch in channels", {x, w, b, mean, var}, {1, C, C, C, C}, -1, true});
-  check([](koila_tensor** o, const auto& in) { return koila_batch_norm(o, in[0], nullptr, nullptr, nullptr, nullptr, 1, 0.1, 1e-5); },
+  check([](koila_tensor** o,
+           const auto& in) { return koila_batch_norm(o, in[0], nullptr, nullptr, nullptr, nullptr, 1, 0.1, 1e-5); },
         [](const auto& v) { return at::batch_norm(v[0], {}, {}, {}, {}, true, 0.1, 1e-5, false); },
         {"training without parameters, 2-D", {rnd({6, 3})}, {0}, 0, false, BatchReduction::None, true});
 }
@@ -436,10 +470,14 @@ TEST(Ops, LayerNorm) {
         [](const auto& v) { return at::layer_norm(v[0], {5}, v[1], v[2], 1e-5); },
         {"last dim", {rnd({4, 3, 5}), rnd({5}), rnd({5})}, {0, C, C}, 0});
   check([&](koila_tensor** o, const auto& in) { return koila_layer_norm(o, in[0], last2, 2, nullptr, nullptr, 1e-3); },
-        [](const auto& v) { return at::layer_norm(v[0], {3, 5}, {}, {}, 1e-3); },
+        [](const auto& v) {
+          return at::layer_norm(v[0], {3, 5}, {}, {}, 1e-3);
+        },
         {"last two dims, no affine", {rnd({4, 3, 5})}, {0}, 0});
   check([&](koila_tensor** o, const auto& in) { return koila_layer_norm(o, in[0], last2, 2, nullptr, nullptr, 1e-5); },
-        [](const auto& v) { return at::layer_norm(v[0], {3, 5}, {}, {}, 1e-5); },
+        [](const auto& v) {
+          return at::layer_norm(v[0], {3, 5}, {}, {}, 1e-5);
+        },
         {"normalizing over the batch", {rnd({4, 3, 5})}, {1}, -1, true});
 }
 
@@ -460,10 +498,14 @@ TEST(Ops, Reductions) {
     BatchReduction reduction;
   };
   const std::vector<Op> ops = {
-      {"sum", koila_sum, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::sum(t, d, k); }, BatchReduction::Sum},
-      {"mean", koila_mean, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::mean(t, d, k); }, BatchReduction::Mean},
-      {"amax", koila_amax, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amax(t, d, k); }, BatchReduction::Max},
-      {"amin", koila_amin, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amin(t, d, k); }, BatchReduction::Min},
+      {"sum", koila_sum, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::sum(t, d, k); },
+       BatchReduction::Sum},
+      {"mean", koila_mean, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::mean(t, d, k); },
+       BatchReduction::Mean},
+      {"amax", koila_amax, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amax(t, d, k); },
+       BatchReduction::Max},
+      {"amin", koila_amin, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amin(t, d, k); },
+       BatchReduction::Min},
   };
   for (const Op& op : ops) {
     SCOPED_TRACE(op.name);
@@ -472,7 +514,8 @@ TEST(Ops, Reductions) {
       int keepdim;
       int64_t batch_dim;  // expected, for a [4, 3, 5] input batched at 1
     };
-    const std::vector<Dims> table = {{{}, 0, -1}, {{0}, 0, 0}, {{-1}, 1, 1}, {{0, 2}, 1, 1}, {{1}, 0, -1}, {{-2, 0}, 1, -1}};
+    const std::vector<Dims> table = {{{}, 0, -1},    {{0}, 0, 0},  {{-1}, 1, 1},
+                                     {{0, 2}, 1, 1}, {{1}, 0, -1}, {{-2, 0}, 1, -1}};
     for (const Dims& d : table) {
       auto build = [&](koila_tensor** o, const auto& in) {
         return op.fn(o, in[0], d.dims.empty() ? nullptr : d.dims.data(), d.dims.size(), d.keepdim);
@@ -483,12 +526,18 @@ TEST(Ops, Reductions) {
         return op.ref(v[0], all, d.keepdim);
       };
       const BatchReduction expected = d.batch_dim < 0 ? op.reduction : BatchReduction::None;
-      check(build, ref, {"dims " + c10::str(d.dims) + " keepdim " + std::to_string(d.keepdim), {rnd({4, 3, 5})}, {1},
-                         d.batch_dim, false, expected});
+      check(build, ref,
+            {"dims " + c10::str(d.dims) + " keepdim " + std::to_string(d.keepdim),
+             {rnd({4, 3, 5})},
+             {1},
+             d.batch_dim,
+             false,
+             expected});
     }
   }
   check([](koila_tensor** o, const auto& in) { return koila_sum(o, in[0], nullptr, 0, 0); },
-        [](const auto& v) { return at::sum(v[0]); }, {"sum of ints", {idx({4, 3}, 9)}, {0}, -1, false, BatchReduction::Sum});
+        [](const auto& v) { return at::sum(v[0]); },
+        {"sum of ints", {idx({4, 3}, 9)}, {0}, -1, false, BatchReduction::Sum});
 }
 
 TEST(Ops, Argmax) {
@@ -528,18 +577,28 @@ TEST(Ops, Reshape) {
   auto flatten = [](int64_t s, int64_t e) {
     return [=](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_flatten(o, in[0], s, e); };
   };
-  check(flatten(1, -1), [](const auto& v) { return at::flatten(v[0], 1, -1); }, {"flatten features", {rnd({4, 3, 5, 2})}, {0}, 0});
-  check(flatten(0, 1), [](const auto& v) { return at::flatten(v[0], 0, 1); }, {"flatten keeps a later batch", {rnd({2, 3, 4, 5})}, {2}, 1});
-  check(flatten(0, 1), [](const auto& v) { return at::flatten(v[0], 0, 1); }, {"flatten merges the batch", {rnd({4, 3, 5})}, {0}, -1, true});
-  check(flatten(0, -1), [](const auto& v) { return at::flatten(v[0], 0, -1); }, {"flatten with a size-1 neighbour", {rnd({4, 1})}, {0}, 0});
+  check(flatten(1, -1), [](const auto& v) { return at::flatten(v[0], 1, -1); },
+        {"flatten features", {rnd({4, 3, 5, 2})}, {0}, 0});
+  check(flatten(0, 1), [](const auto& v) { return at::flatten(v[0], 0, 1); },
+        {"flatten keeps a later batch", {rnd({2, 3, 4, 5})}, {2}, 1});
+  check(flatten(0, 1), [](const auto& v) { return at::flatten(v[0], 0, 1); },
+        {"flatten merges the batch", {rnd({4, 3, 5})}, {0}, -1, true});
+  check(flatten(0, -1), [](const auto& v) { return at::flatten(v[0], 0, -1); },
+        {"flatten with a size-1 neighbour", {rnd({4, 1})}, {0}, 0});
 }
 
 TEST(Ops, MovingDims) {
   const int64_t order[] = {2, 0, 1}, order_neg[] = {-1, -3, -2};
   check([&](koila_tensor** o, const auto& in) { return koila_permute(o, in[0], order, 3); },
-        [](const auto& v) { return v[0].permute({2, 0, 1}); }, {"permute", {rnd({4, 3, 5})}, {0}, 1});
+        [](const auto& v) {
+          return v[0].permute({2, 0, 1});
+        },
+        {"permute", {rnd({4, 3, 5})}, {0}, 1});
   check([&](koila_tensor** o, const auto& in) { return koila_permute(o, in[0], order_neg, 3); },
-        [](const auto& v) { return v[0].permute({2, 0, 1}); }, {"permute negative", {rnd({4, 3, 5})}, {2}, 0});
+        [](const auto& v) {
+          return v[0].permute({2, 0, 1});
+        },
+        {"permute negative", {rnd({4, 3, 5})}, {2}, 0});
   check([](koila_tensor** o, const auto& in) { return koila_transpose(o, in[0], 0, -1); },
         [](const auto& v) { return v[0].transpose(0, -1); }, {"transpose", {rnd({4, 3, 5})}, {0}, 2});
   check([](koila_tensor** o, const auto& in) { return koila_transpose(o, in[0], 1, 2); },
@@ -556,18 +615,26 @@ TEST(Ops, MovingDims) {
 
 TEST(Ops, CatStack) {
   auto cat = [](int64_t d) {
-    return [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_cat(o, in.data(), in.size(), d); };
+    return
+        [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_cat(o, in.data(), in.size(), d); };
   };
   auto stack = [](int64_t d) {
-    return [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_stack(o, in.data(), in.size(), d); };
+    return
+        [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_stack(o, in.data(), in.size(), d); };
   };
   check(cat(1), [](const auto& v) { return at::cat(v, 1); }, {"cat features", {rnd({4, 3}), rnd({4, 2})}, {0, 0}, 0});
-  check(cat(-1), [](const auto& v) { return at::cat(v, -1); }, {"cat of lazy inputs without batch", {rnd({4, 3}), rnd({4, 2})}, {NB, C}, -1});
-  check(cat(0), [](const auto& v) { return at::cat(v, 0); }, {"cat along the batch", {rnd({4, 3}), rnd({2, 3})}, {0, 0}, -1, true});
-  check(cat(1), [](const auto& v) { return at::cat(v, 1); }, {"cat with an unbatched spanning input", {rnd({4, 3}), rnd({4, 2})}, {0, C}, -1, true});
-  check(stack(0), [](const auto& v) { return at::stack(v, 0); }, {"stack in front", {rnd({4, 3}), rnd({4, 3})}, {0, 0}, 1});
-  check(stack(-1), [](const auto& v) { return at::stack(v, -1); }, {"stack at the end", {rnd({4, 3}), rnd({4, 3}), rnd({4, 3})}, {0, 0, 0}, 0});
-  check(stack(1), [](const auto& v) { return at::stack(v, 1); }, {"stack mixing batched and not", {rnd({4, 3}), rnd({4, 3})}, {0, C}, -1, true});
+  check(cat(-1), [](const auto& v) { return at::cat(v, -1); },
+        {"cat of lazy inputs without batch", {rnd({4, 3}), rnd({4, 2})}, {NB, C}, -1});
+  check(cat(0), [](const auto& v) { return at::cat(v, 0); },
+        {"cat along the batch", {rnd({4, 3}), rnd({2, 3})}, {0, 0}, -1, true});
+  check(cat(1), [](const auto& v) { return at::cat(v, 1); },
+        {"cat with an unbatched spanning input", {rnd({4, 3}), rnd({4, 2})}, {0, C}, -1, true});
+  check(stack(0), [](const auto& v) { return at::stack(v, 0); },
+        {"stack in front", {rnd({4, 3}), rnd({4, 3})}, {0, 0}, 1});
+  check(stack(-1), [](const auto& v) { return at::stack(v, -1); },
+        {"stack at the end", {rnd({4, 3}), rnd({4, 3}), rnd({4, 3})}, {0, 0, 0}, 0});
+  check(stack(1), [](const auto& v) { return at::stack(v, 1); },
+        {"stack mixing batched and not", {rnd({4, 3}), rnd({4, 3})}, {0, C}, -1, true});
 }
 
 TEST(Ops, Select) {
@@ -578,7 +645,8 @@ TEST(Ops, Select) {
   check([](koila_tensor** o, const auto& in) { return koila_narrow(o, in[0], 0, 1, 2); },
         [](const auto& v) { return v[0].narrow(0, 1, 2); }, {"narrow the batch", {rnd({4, 5})}, {0}, -1, true});
   auto select = [](int64_t d) {
-    return [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_index_select(o, in[0], d, in[1]); };
+    return
+        [d](koila_tensor** o, const std::vector<koila_tensor*>& in) { return koila_index_select(o, in[0], d, in[1]); };
   };
   check(select(1), [](const auto& v) { return at::index_select(v[0], 1, v[1]); },
         {"select features", {rnd({4, 5}), idx({3}, 5)}, {0, C}, 0});
@@ -596,16 +664,22 @@ TEST(Ops, Losses) {
   for (koila_reduction r : {KOILA_REDUCTION_NONE, KOILA_REDUCTION_MEAN, KOILA_REDUCTION_SUM}) {
     SCOPED_TRACE(r);
     const int64_t red = r == KOILA_REDUCTION_NONE ? 0 : r == KOILA_REDUCTION_MEAN ? 1 : 2;
-    const BatchReduction expected = r == KOILA_REDUCTION_NONE ? BatchReduction::None
+    const BatchReduction expected = r == KOILA_REDUCTION_NONE   ? BatchReduction::None
                                     : r == KOILA_REDUCTION_MEAN ? BatchReduction::Mean
                                                                 : BatchReduction::Sum;
     const int64_t out_batch = r == KOILA_REDUCTION_NONE ? 0 : -1;
     auto ce = [red](const auto& v) { return at::cross_entropy_loss(v[0], v[1], {}, red, -100, 0.0); };
-    check(build(koila_cross_entropy, r), ce, {"cross_entropy", {rnd({6, 5}), idx({6}, 5)}, {0, 0}, out_batch, false, expected});
+    check(build(koila_cross_entropy, r), ce,
+          {"cross_entropy", {rnd({6, 5}), idx({6}, 5)}, {0, 0}, out_batch, false, expected});
     check(build(koila_cross_entropy, r), ce,
           {"cross_entropy spatial", {rnd({4, 5, 3, 2}), idx({4, 3, 2}, 5)}, {0, 0}, out_batch, false, expected});
     check(build(koila_cross_entropy, r), ce,
-          {"cross_entropy probabilities", {rnd({6, 5}), at::softmax(rnd({6, 5}), 1)}, {0, 0}, out_batch, false, expected});
+          {"cross_entropy probabilities",
+           {rnd({6, 5}), at::softmax(rnd({6, 5}), 1)},
+           {0, 0},
+           out_batch,
+           false,
+           expected});
     check(build(koila_cross_entropy, r), ce,
           {"cross_entropy with a concrete label", {rnd({6, 5}), idx({6}, 5)}, {0, C}, -1, true});
     auto nll = [red](const auto& v) { return at::nll_loss_nd(v[0], v[1], {}, red, -100); };
@@ -613,8 +687,9 @@ TEST(Ops, Losses) {
           {"nll_loss", {at::log_softmax(rnd({6, 5}), 1), idx({6}, 5)}, {0, 0}, out_batch, false, expected});
     auto mse = [red](const auto& v) { return at::mse_loss(v[0], v[1], red); };
     check(build(koila_mse_loss, r), mse, {"mse_loss", {rnd({6, 3}), rnd({6, 3})}, {0, 0}, out_batch, false, expected});
-    check(build(koila_mse_loss, r), mse,
-          {"mse_loss batch 1", {rnd({3, 6}), rnd({3, 6})}, {1, 1}, r == KOILA_REDUCTION_NONE ? 1 : -1, false, expected});
+    check(
+        build(koila_mse_loss, r), mse,
+        {"mse_loss batch 1", {rnd({3, 6}), rnd({3, 6})}, {1, 1}, r == KOILA_REDUCTION_NONE ? 1 : -1, false, expected});
     auto l1 = [red](const auto& v) { return at::l1_loss(v[0], v[1], red); };
     check(build(koila_l1_loss, r), l1, {"l1_loss", {rnd({6, 3}), rnd({6, 3})}, {0, 0}, out_batch, false, expected});
     auto bce = [red](const auto& v) { return at::binary_cross_entropy_with_logits(v[0], v[1], {}, {}, red); };

@@ -4,13 +4,13 @@
 #include <cstring>
 #include <functional>
 
+#include "base/pointer_index.h"
 #include "helpers.h"
 #include "memory/cpu_allocator.h"
 #include "models.h"
-#include "base/pointer_index.h"
-#include "run/analysis.h"
 #include "plan/memo.h"
 #include "plan/planner.h"
+#include "run/analysis.h"
 
 using namespace koila_test;
 using koila_models::Kind;
@@ -262,7 +262,8 @@ TEST(Chunked, SumLossAndIgnoredTargets) {
     eager.backward();
     const auto expected = grads_of(m);
     m.zero_grad();
-    check_loss_in_chunks(m, loss.get(), 256, eager.item<double>(), expected, r == KOILA_REDUCTION_MEAN ? "mean" : "sum");
+    check_loss_in_chunks(m, loss.get(), 256, eager.item<double>(), expected,
+                         r == KOILA_REDUCTION_MEAN ? "mean" : "sum");
   }
 }
 
@@ -628,7 +629,8 @@ TEST(Estimates, MseLossCountsTheTemporariesOfItsKernel) {
       uint64_t peak = 0;
       ASSERT_OK(koila_memory_stats("cpu", nullptr, &peak));
       const uint64_t measured = peak - before;
-      const double error = (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
+      const double error =
+          (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
       EXPECT_LE(std::abs(error), 0.01) << "estimated " << estimated << ", measured " << measured;
     }
   }

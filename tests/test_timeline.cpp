@@ -113,7 +113,8 @@ TEST(Timeline, AccountsForThePlansPeakSplitAndUnsplit) {
       const int64_t batch = kind == Kind::MLP ? 4096 : 512;
       Handle x = from_aten(m.input(batch), 0), y = from_aten(m.target(batch), 0);
       Handle loss = m.loss(x.get(), y.get());
-      budget_for_chunk(loss.get(), mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward, 64);
+      budget_for_chunk(loss.get(), mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward,
+                       64);
       PlanHandle p;
       ASSERT_OK(koila_plan_new(&p.p, loss.get(), mode));
       ASSERT_GT(koila_plan_num_chunks(p.p), 1) << what;

@@ -24,8 +24,8 @@ int enum_value(int value, const char* name, const char* type_name, int lo, int h
 
 std::vector<int64_t> ints(const int64_t* p, size_t n, const char* name) {
   if (n > 0 && p == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + name + "' is NULL but its count is " +
-                                           std::to_string(n));
+    fail(KOILA_ERROR_INVALID_ARGUMENT,
+         std::string("argument '") + name + "' is NULL but its count is " + std::to_string(n));
   return n > 0 ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>{};
 }
 
@@ -48,8 +48,8 @@ std::vector<NodePtr> tensors(koila_tensor* const* ts, size_t n, const char* name
 
 void buffer(const char* buf, size_t capacity, const char* name) {
   if (capacity > 0 && buf == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + name + "' is NULL but capacity is " +
-                                           std::to_string(capacity));
+    fail(KOILA_ERROR_INVALID_ARGUMENT,
+         std::string("argument '") + name + "' is NULL but capacity is " + std::to_string(capacity));
 }
 
 }  // namespace koila::arg

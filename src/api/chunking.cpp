@@ -1,8 +1,8 @@
 // The C entry points for chunking options: global settings that apply to every planned run.
 #include "api/args.h"
 #include "api/handles.h"
-#include "plan/chunking_options.h"
 #include "base/error.h"
+#include "plan/chunking_options.h"
 #include "run/progress.h"
 
 using namespace koila;
@@ -11,8 +11,8 @@ extern "C" {
 
 KOILA_API koila_status* koila_set_batch_stats(koila_batch_stats policy) {
   return guard(__func__, [&] {
-    set_batch_stats(arg::enumeration(policy, "policy", "koila_batch_stats", KOILA_BATCH_STATS_EXACT,
-                                     KOILA_BATCH_STATS_PER_CHUNK));
+    set_batch_stats(
+        arg::enumeration(policy, "policy", "koila_batch_stats", KOILA_BATCH_STATS_EXACT, KOILA_BATCH_STATS_PER_CHUNK));
   });
 }
 

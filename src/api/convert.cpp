@@ -59,27 +59,26 @@ c10::Device parse_device(const char* device) {
       index = index * 10 + (text[i] - '0');
     }
   }
-  if (index < 0)
-    fail(KOILA_ERROR_DEVICE, "unknown device \"" + text + "\" (expected \"cpu\", \"cuda\" or \"cuda:N\")");
+  if (index < 0) fail(KOILA_ERROR_DEVICE, "unknown device \"" + text + "\" (expected \"cpu\", \"cuda\" or \"cuda:N\")");
   if (!at::hasCUDA())
-    fail(KOILA_ERROR_DEVICE, "device \"" + text +
-                                 "\" is not available: this LibTorch has no CUDA support or no CUDA device is present");
+    fail(KOILA_ERROR_DEVICE,
+         "device \"" + text + "\" is not available: this LibTorch has no CUDA support or no CUDA device is present");
   const int64_t count = static_cast<int64_t>(at::getNumGPUs());
   if (index >= count)
-    fail(KOILA_ERROR_DEVICE, "device \"" + text + "\" is not available: " + std::to_string(count) +
-                                 " CUDA device(s) present");
+    fail(KOILA_ERROR_DEVICE,
+         "device \"" + text + "\" is not available: " + std::to_string(count) + " CUDA device(s) present");
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 std::vector<int64_t> checked_shape(const int64_t* shape, size_t ndim, const char* what) {
   if (ndim > 64)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " has " + std::to_string(ndim) +
-                                           " dims; at most 64 are supported");
+    fail(KOILA_ERROR_INVALID_ARGUMENT,
+         std::string(what) + " has " + std::to_string(ndim) + " dims; at most 64 are supported");
   const std::vector<int64_t> out = arg::ints(shape, ndim, what);
   for (size_t i = 0; i < ndim; ++i)
     if (out[i] < 0)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " " + shape_string(out) + " has a negative size at dim " +
-                                             std::to_string(i));
+      fail(KOILA_ERROR_INVALID_ARGUMENT,
+           std::string(what) + " " + shape_string(out) + " has a negative size at dim " + std::to_string(i));
   checked_numel(out);
   return out;
 }

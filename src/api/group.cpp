@@ -4,8 +4,8 @@
 #include "api/args.h"
 #include "api/handles.h"
 #include "base/error.h"
-#include "graph/graph.h"
 #include "dist/group.h"
+#include "graph/graph.h"
 
 using namespace koila;
 

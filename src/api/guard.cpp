@@ -26,9 +26,7 @@ KOILA_API const char* koila_version(void) { return "0.1.0"; }
 
 KOILA_API koila_code koila_status_code(const koila_status* s) { return s ? s->code : KOILA_OK; }
 
-KOILA_API const char* koila_status_message(const koila_status* s) {
-  return s ? s->message.c_str() : "";
-}
+KOILA_API const char* koila_status_message(const koila_status* s) { return s ? s->message.c_str() : ""; }
 
 KOILA_API void koila_status_free(koila_status* s) {
   if (s != &koila::out_of_memory_status()) delete s;

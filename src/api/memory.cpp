@@ -2,13 +2,13 @@
 #include <ATen/ATen.h>
 
 #include "api/args.h"
+#include "api/convert.h"
 #include "api/handles.h"
 #include "base/error.h"
 #include "graph/graph.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
 #include "plan/planner.h"
-#include "api/convert.h"
 
 using namespace koila;
 
@@ -61,9 +61,7 @@ KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan* p) { return p ? 
 KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan* p) { return p ? p->plan.budget_bytes : 0; }
 
 KOILA_API koila_status* koila_plan_describe(const koila_plan* p, char* buf, size_t capacity, size_t* needed) {
-  return guard(__func__, [&] {
-    write_text(arg::handle(p, "p").plan.describe(), buf, capacity, needed);
-  });
+  return guard(__func__, [&] { write_text(arg::handle(p, "p").plan.describe(), buf, capacity, needed); });
 }
 
 KOILA_API void koila_plan_free(koila_plan* p) { delete p; }

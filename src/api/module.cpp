@@ -13,13 +13,13 @@
 #include <unordered_set>
 
 #include "api/args.h"
-#include "api/handles.h"
-#include "module/batch_norm_route.h"
-#include "base/error.h"
-#include "graph/graph.h"
-#include "module/module.h"
-#include "base/text.h"
 #include "api/convert.h"
+#include "api/handles.h"
+#include "base/error.h"
+#include "base/text.h"
+#include "graph/graph.h"
+#include "module/batch_norm_route.h"
+#include "module/module.h"
 #include "run/zeroed_grads.h"
 
 using namespace koila;
@@ -35,8 +35,7 @@ std::vector<at::Tensor> parameters_of(const koila_module& m) {
 // Fails unless `path` names a regular file koila can read.
 void check_readable(const std::string& path) {
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0)
-    fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
+  if (::stat(path.c_str(), &info) != 0) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
   if (S_ISDIR(info.st_mode)) fail(KOILA_ERROR_IO, "cannot load '" + path + "': it is a directory");
   std::ifstream file(path, std::ios::binary);
   if (!file) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
@@ -45,8 +44,8 @@ void check_readable(const std::string& path) {
 void check_hyperparameter(double value, const char* name, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
   if (!ok)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(name) + " must be in " + (lo_open ? "(" : "[") +
-                                           std::to_string(lo) + ", " + (std::isinf(hi) ? "inf" : std::to_string(hi)) +
+    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(name) + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) +
+                                           ", " + (std::isinf(hi) ? "inf" : std::to_string(hi)) +
                                            (hi_open ? ")" : "]") + ", got " + std::to_string(value));
 }
 
@@ -207,7 +206,8 @@ KOILA_API koila_status* koila_optimizer_adam(koila_optimizer** out, koila_tensor
     auto o = std::make_unique<koila_optimizer>();
     o->params = tensors;
     o->optimizer = std::make_unique<torch::optim::Adam>(
-        tensors, torch::optim::AdamOptions(lr).betas(std::make_tuple(beta1, beta2)).eps(eps).weight_decay(weight_decay));
+        tensors,
+        torch::optim::AdamOptions(lr).betas(std::make_tuple(beta1, beta2)).eps(eps).weight_decay(weight_decay));
     *out = o.release();
   });
 }

@@ -18,9 +18,9 @@ using Convolution = NodePtr (*)(const char*, const NodePtr&, const NodePtr&, con
                                 std::vector<int64_t>, std::vector<int64_t>, int64_t);
 
 // koila_conv1d and koila_conv2d: `spatial` dims of stride, padding and dilation (NULL: 1, 0, 1).
-koila_status* convolution(const char* entry, Convolution op, size_t spatial, koila_tensor** out,
-                          const koila_tensor* x, const koila_tensor* w, const koila_tensor* bias,
-                          const int64_t* stride, const int64_t* padding, const int64_t* dilation, int64_t groups) {
+koila_status* convolution(const char* entry, Convolution op, size_t spatial, koila_tensor** out, const koila_tensor* x,
+                          const koila_tensor* w, const koila_tensor* bias, const int64_t* stride,
+                          const int64_t* padding, const int64_t* dilation, int64_t groups) {
   return op_entry(entry, out, [&](const char* name) {
     const NodePtr& input = node_of(x, "x");
     const NodePtr& weight = node_of(w, "w");

@@ -6,14 +6,14 @@
 #include <sstream>
 
 #include "api/args.h"
-#include "api/handles.h"
-#include "base/error.h"
-#include "plan/planner.h"
-#include "graph/graph.h"
-#include "base/text.h"
-#include "base/dims.h"
-#include "memory/machine_memory.h"
 #include "api/convert.h"
+#include "api/handles.h"
+#include "base/dims.h"
+#include "base/error.h"
+#include "base/text.h"
+#include "graph/graph.h"
+#include "memory/machine_memory.h"
+#include "plan/planner.h"
 #include "run/zeroed_grads.h"
 
 using namespace koila;
@@ -54,9 +54,8 @@ KOILA_API koila_status* koila_manual_seed(uint64_t seed) {
   return guard(__func__, [&] { at::manual_seed(seed); });
 }
 
-KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* data, size_t nbytes,
-                                               koila_dtype dtype, const int64_t* shape, size_t ndim,
-                                               const char* device) {
+KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* data, size_t nbytes, koila_dtype dtype,
+                                               const int64_t* shape, size_t ndim, const char* device) {
   return guard(__func__, [&] {
     arg::out(out);
     const auto dims = checked_shape(shape, ndim, "shape");
@@ -78,7 +77,8 @@ KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* d
 KOILA_API koila_status* koila_tensor_zeros(koila_tensor** out, const int64_t* shape, size_t ndim, koila_dtype dtype,
                                            const char* device) {
   return guard(__func__, [&] {
-    make_filled(out, shape, ndim, dtype, device, [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
+    make_filled(out, shape, ndim, dtype, device,
+                [](at::IntArrayRef s, at::TensorOptions o) { return at::zeros(s, o); });
   });
 }
 
@@ -208,14 +208,16 @@ KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag
     const NodePtr& node = node_of(t, "t");
     const bool wanted = arg::flag(flag, "flag");
     if (node->lazy())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
-                                         "lazy graph flow to the concrete tensors it was built from)");
+      fail(KOILA_ERROR_INVALID_ARGUMENT,
+           "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
+           "lazy graph flow to the concrete tensors it was built from)");
     if (wanted && !at::isFloatingType(node->meta.dtype))
-      fail(KOILA_ERROR_DTYPE, std::string("only floating point tensors can require grad, t is ") +
-                                  dtype_name(node->meta.dtype));
+      fail(KOILA_ERROR_DTYPE,
+           std::string("only floating point tensors can require grad, t is ") + dtype_name(node->meta.dtype));
     if (!node->value.is_leaf())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "t is the result of an operation on tensors that require grad; only "
-                                         "leaves can change requires_grad");
+      fail(KOILA_ERROR_INVALID_ARGUMENT,
+           "t is the result of an operation on tensors that require grad; only "
+           "leaves can change requires_grad");
     node->value.set_requires_grad(wanted);
   });
 }

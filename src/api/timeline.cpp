@@ -1,9 +1,9 @@
 // The C entry points for plans' memory timelines (plan/timeline.h).
+#include "plan/timeline.h"
 #include "api/args.h"
+#include "api/convert.h"
 #include "api/handles.h"
 #include "base/error.h"
-#include "plan/timeline.h"
-#include "api/convert.h"
 
 using namespace koila;
 
@@ -82,8 +82,8 @@ KOILA_API koila_status* koila_timeline_peak_index(const koila_timeline* t, size_
 KOILA_API koila_status* koila_timeline_part(const koila_timeline* t, koila_memory_part part, uint64_t* out) {
   return guard(__func__, [&] {
     const Timeline& timeline = arg::handle(t, "t").timeline;
-    const koila_memory_part which = arg::enumeration(part, "part", "koila_memory_part", KOILA_PART_IN_USE,
-                                                     KOILA_PART_BEYOND_SIMULATION);
+    const koila_memory_part which =
+        arg::enumeration(part, "part", "koila_memory_part", KOILA_PART_IN_USE, KOILA_PART_BEYOND_SIMULATION);
     arg::not_null(out, "out");
     *out = timeline.part(which);
   });

@@ -10,9 +10,7 @@ void fail(koila_code code, const std::string& message) { throw Error(code, messa
 
 namespace {
 
-bool mentions(const std::string& text, const char* needle) {
-  return text.find(needle) != std::string::npos;
-}
+bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
 }  // namespace
 
@@ -40,18 +38,14 @@ bool is_out_of_memory(const std::exception_ptr& e) {
 namespace {
 
 // Classifies an error raised by LibTorch itself.
-koila_code code_of(const c10::Error& e, const std::string& text,
-                   koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT) {
+koila_code code_of(const c10::Error& e, const std::string& text, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT) {
   if (is_out_of_memory(e, text)) return KOILA_ERROR_OUT_OF_MEMORY;
-  if (dynamic_cast<const c10::TypeError*>(&e) || mentions(text, "not implemented for '") ||
-      mentions(text, "dtype") || mentions(text, "scalar type") || mentions(text, "bool tensor") ||
-      mentions(text, "Boolean inputs"))
+  if (dynamic_cast<const c10::TypeError*>(&e) || mentions(text, "not implemented for '") || mentions(text, "dtype") ||
+      mentions(text, "scalar type") || mentions(text, "bool tensor") || mentions(text, "Boolean inputs"))
     return KOILA_ERROR_DTYPE;
-  if (mentions(text, "CUDA") || mentions(text, "device"))
-    return KOILA_ERROR_DEVICE;
+  if (mentions(text, "CUDA") || mentions(text, "device")) return KOILA_ERROR_DEVICE;
   if (dynamic_cast<const c10::NotImplementedError*>(&e)) return KOILA_ERROR_UNSUPPORTED;
-  if (dynamic_cast<const c10::IndexError*>(&e) || mentions(text, "out of range"))
-    return KOILA_ERROR_INVALID_ARGUMENT;
+  if (dynamic_cast<const c10::IndexError*>(&e) || mentions(text, "out of range")) return KOILA_ERROR_INVALID_ARGUMENT;
   return fallback;
 }
 

@@ -95,8 +95,8 @@ void check_verdict(const std::vector<Report>& reports, int rank, const char* unc
       throw FinalError(KOILA_ERROR_INVALID_ARGUMENT,
                        "the ranks pass different tensors: rank 0 " + std::to_string(reports[0].tensors) + " of " +
                            std::to_string(reports[0].elements) + " elements in all, rank " + std::to_string(r) + " " +
-                           std::to_string(reports[r].tensors) + " of " + std::to_string(reports[r].elements) +
-                           " [" + unchanged + " on any rank]");
+                           std::to_string(reports[r].tensors) + " of " + std::to_string(reports[r].elements) + " [" +
+                           unchanged + " on any rank]");
     if (reports[r].kind != reports[0].kind)
       throw FinalError(KOILA_ERROR_INVALID_ARGUMENT, std::string("the ranks' losses reduce differently: rank 0's is ") +
                                                          kind_name(reports[0].kind) + ", rank " + std::to_string(r) +

@@ -18,12 +18,12 @@ namespace koila::dist {
 // What a rank reports before anything is committed.
 struct Report {
   koila_code code = KOILA_OK;
-  std::string message;           // when code is not KOILA_OK
+  std::string message;  // when code is not KOILA_OK
   LossReduction::Kind kind = LossReduction::Kind::Other;
-  double weight = 0;             // what its MEAN loss averaged over
-  int64_t tensors = 0;           // how many tensors it will reduce, and their elements
+  double weight = 0;    // what its MEAN loss averaged over
+  int64_t tensors = 0;  // how many tensors it will reduce, and their elements
   int64_t elements = 0;
-  bool staged = true;            // its gradients' staging buffers fit (see Reduction)
+  bool staged = true;  // its gradients' staging buffers fit (see Reduction)
 };
 
 // Every rank's report (indexed by rank), on every rank.

@@ -50,8 +50,9 @@ void Pending::wait() {
 
 void check_usable(const Group::Comm& comm) {
   if (comm.broken)
-    fail(KOILA_ERROR_IO, "an earlier collective of this group failed (a rank died or timed out); free the group and "
-                         "join a new one");
+    fail(KOILA_ERROR_IO,
+         "an earlier collective of this group failed (a rank died or timed out); free the group and "
+         "join a new one");
 }
 
 Pending start_all_reduce(Group::Comm& comm, at::Tensor& t) {

@@ -22,7 +22,7 @@ struct Group::Comm {
   c10::intrusive_ptr<compat::CommBackend> pg;
   std::chrono::milliseconds timeout{0};
   c10::Device device = c10::Device(c10::kCPU);  // where the collectives' tensors live
-  bool broken = false;  // a collective failed: the peers are out of step or gone
+  bool broken = false;                          // a collective failed: the peers are out of step or gone
 };
 
 namespace dist {

@@ -28,8 +28,7 @@ int64_t elements_of(const std::vector<at::Tensor>& ts) {
 
 }  // namespace
 
-Group::Group(const std::string& backend, const std::string& init, int rank, int size,
-             std::chrono::milliseconds timeout)
+Group::Group(const std::string& backend, const std::string& init, int rank, int size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), comm_(dist::join(backend, init, rank, size, timeout)) {}
 
 Group::~Group() = default;
@@ -87,8 +86,9 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
     std::unordered_map<const c10::TensorImpl*, size_t> index;
     for (const NodePtr& node : nodes) {
       if (node->lazy() || !node->value.requires_grad() || !node->value.is_leaf())
-        fail(KOILA_ERROR_INVALID_ARGUMENT, "params must be concrete leaves that require grad (see "
-                                           "koila_tensor_set_requires_grad)");
+        fail(KOILA_ERROR_INVALID_ARGUMENT,
+             "params must be concrete leaves that require grad (see "
+             "koila_tensor_set_requires_grad)");
       if (node->value.device() != comm.device)
         fail(KOILA_ERROR_DEVICE, "a parameter on " + node->value.device().str() +
                                      " in a group whose collectives run on " + comm.device.str());
@@ -106,9 +106,10 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
         for (size_t i = 0; i < leaves.size(); ++i) {
           auto found = index.find(leaves[i].unsafeGetTensorImpl());
           if (found == index.end())
-            fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss reaches a tensor that requires grad and is not in params "
-                                               "(params must list every tensor the gradients reach, in the same "
-                                               "order on every rank)");
+            fail(KOILA_ERROR_INVALID_ARGUMENT,
+                 "the loss reaches a tensor that requires grad and is not in params "
+                 "(params must list every tensor the gradients reach, in the same "
+                 "order on every rank)");
           targets[found->second] = grads[i];
         }
         for (size_t p = 0; p < params.size(); ++p)

@@ -91,8 +91,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const Init& init, int rank, int size,
   // failing, so a folder that is not there is refused here, at once.
   const std::string folder = init.path.substr(0, init.path.find_last_of('/') + 1);
   if (!folder.empty() && access(folder.c_str(), W_OK | X_OK) != 0)
-    throw std::runtime_error("the store's folder " + folder + " is not there or not writable: " +
-                             std::strerror(errno));
+    throw std::runtime_error("the store's folder " + folder + " is not there or not writable: " + std::strerror(errno));
   auto store = c10::make_intrusive<c10d::FileStore>(init.path, size);
   store->setTimeout(timeout);
   return store;
@@ -107,13 +106,15 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
   if (backend != "gloo" && !nccl)
     fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
 #ifndef KOILA_WITH_GLOO
-  fail(KOILA_ERROR_UNSUPPORTED, "process groups are not available: koila was built without gloo's headers "
-                                "(Debian: libgloo-dev)");
+  fail(KOILA_ERROR_UNSUPPORTED,
+       "process groups are not available: koila was built without gloo's headers "
+       "(Debian: libgloo-dev)");
 #endif
 #ifndef KOILA_WITH_NCCL
   if (nccl)
-    fail(KOILA_ERROR_UNSUPPORTED, "backend \"nccl\" is not available: this LibTorch was built without NCCL "
-                                  "(c10d's ProcessGroupNCCL); use \"gloo\"");
+    fail(KOILA_ERROR_UNSUPPORTED,
+         "backend \"nccl\" is not available: this LibTorch was built without NCCL "
+         "(c10d's ProcessGroupNCCL); use \"gloo\"");
 #endif
   const Init parsed = parse_init(init);
   comm->timeout = timeout;

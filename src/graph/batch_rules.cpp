@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "base/text.h"
 #include "base/dims.h"
+#include "base/text.h"
 
 namespace koila::batch {
 
@@ -38,8 +38,8 @@ BatchResult elementwise(const Metas& in, const Meta& out) {
       return couple("operand " + std::to_string(i) + " broadcasts its batch dim (size " +
                     std::to_string(m->shape[m->batch_dim]) + ") to size " + std::to_string(out.shape[p]));
     if (pos >= 0 && pos != p)
-      return couple("operands carry their batch in different dims of the result (" + std::to_string(pos) +
-                    " and " + std::to_string(p) + ")");
+      return couple("operands carry their batch in different dims of the result (" + std::to_string(pos) + " and " +
+                    std::to_string(p) + ")");
     pos = p;
   }
   if (pos < 0) return {};
@@ -91,8 +91,7 @@ BatchRule reduce(std::vector<int64_t> dims, bool keepdim, BatchReduction reducti
   };
 }
 
-BatchResult view(const std::vector<int64_t>& in_shape, int64_t batch_dim,
-                 const std::vector<int64_t>& out_shape) {
+BatchResult view(const std::vector<int64_t>& in_shape, int64_t batch_dim, const std::vector<int64_t>& out_shape) {
   const int64_t size = in_shape[batch_dim];
   int64_t before = 1;
   for (int64_t d = 0; d < batch_dim; ++d) before *= in_shape[d];

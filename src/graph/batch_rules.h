@@ -28,8 +28,7 @@ BatchRule reduce(std::vector<int64_t> dims, bool keepdim, BatchReduction reducti
 
 // Reshape: the batch survives when the dims before it keep their total size and it stays
 // whole.
-BatchResult view(const std::vector<int64_t>& in_shape, int64_t batch_dim,
-                 const std::vector<int64_t>& out_shape);
+BatchResult view(const std::vector<int64_t>& in_shape, int64_t batch_dim, const std::vector<int64_t>& out_shape);
 
 // A reason to refuse when an unbatched input, aligned to the output from the right as in
 // broadcasting, has a size other than 1 at the output's batch dim `out_pos`: splitting the

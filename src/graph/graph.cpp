@@ -1,15 +1,15 @@
 #include "graph/graph.h"
 
-#include <algorithm>
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
-#include "graph/batch_rules.h"
 #include "base/error.h"
-#include "graph/meta_kernels.h"
 #include "base/text.h"
+#include "graph/batch_rules.h"
+#include "graph/meta_kernels.h"
 
 namespace koila {
 
@@ -100,8 +100,8 @@ c10::Device common_device(const std::vector<NodePtr>& inputs) {
     if (!first) {
       first = in.get();
     } else if (in->meta.device != first->meta.device) {
-      fail(KOILA_ERROR_DEVICE, "inputs are on different devices (" + first->meta.device.str() + " and " +
-                                   in->meta.device.str() + ")");
+      fail(KOILA_ERROR_DEVICE,
+           "inputs are on different devices (" + first->meta.device.str() + " and " + in->meta.device.str() + ")");
     }
   }
   if (!first) fail(KOILA_ERROR_INVALID_ARGUMENT, "no input tensor");
@@ -199,8 +199,8 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
     if (node->couples.empty()) node->stats_couples = std::move(r.stats_couples);
     node->reduction = r.reduction;
     if (r.reduction == BatchReduction::Mean)
-      node->mean_count = spec.mean_count ? spec.mean_count
-                                         : [](const Tensors& args) { return static_cast<double>(args[0].numel()); };
+      node->mean_count =
+          spec.mean_count ? spec.mean_count : [](const Tensors& args) { return static_cast<double>(args[0].numel()); };
   }
 
   if (any_lazy) {

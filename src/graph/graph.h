@@ -29,15 +29,15 @@ struct Meta {
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
-  int64_t batch_dim = -1;    // dim of this value that carries the batch; -1: none
-  bool from_batch = false;   // depends on batched data (also after a reduction ended the batch)
+  int64_t batch_dim = -1;   // dim of this value that carries the batch; -1: none
+  bool from_batch = false;  // depends on batched data (also after a reduction ended the batch)
   int64_t batch_size() const { return batch_dim >= 0 ? shape[batch_dim] : -1; }
 };
 
 // Where the batch goes through one op.
 struct BatchResult {
   int64_t batch_dim = -1;
-  std::string couples;                        // non-empty: the op mixes samples; says how
+  std::string couples;  // non-empty: the op mixes samples; says how
   // Non-empty (with couples empty): the op mixes samples only through batch statistics
   // (batch norm in training), which KOILA_BATCH_STATS_PER_CHUNK lets each chunk compute for
   // itself; the batch dim goes on as batch_dim says. Says how.
@@ -60,8 +60,8 @@ enum class NodeKind {
 
 struct Node {
   NodeKind kind = NodeKind::Op;
-  std::string op;             // "koila_add"; for leaves "constant" / "input"
-  RunFn run;                  // Op nodes: how to compute the value from the inputs
+  std::string op;  // "koila_add"; for leaves "constant" / "input"
+  RunFn run;       // Op nodes: how to compute the value from the inputs
   std::vector<NodePtr> inputs;
   Meta meta;
   std::string couples;        // non-empty when this op mixes samples across the batch
@@ -69,12 +69,12 @@ struct Node {
   Tensors stats_counters;     // see OpSpec::stats_counters
   Tensors stats_buffers;      // see OpSpec::stats_buffers
   BatchReduction reduction = BatchReduction::None;
-  CountFn mean_count;         // set when reduction is Mean
-  at::Tensor value;           // Constant and Input nodes: the tensor (shared, not copied)
+  CountFn mean_count;              // set when reduction is Mean
+  at::Tensor value;                // Constant and Input nodes: the tensor (shared, not copied)
   size_t shown_inputs = SIZE_MAX;  // error messages describe only the first inputs (a module
                                    // call's parameters are inputs too, but not the caller's)
-  std::string signature;      // see OpSpec::signature
-  bool mutates_state = false; // see OpSpec::mutates_state
+  std::string signature;           // see OpSpec::signature
+  bool mutates_state = false;      // see OpSpec::mutates_state
   // What building fixed of this node's own structure (kind, op, signature, coupling,
   // reduction, shape, dtype, device, batch dim, number of inputs), hashed once when it is
   // built; a plan combines the keys of a graph's nodes with which node feeds which

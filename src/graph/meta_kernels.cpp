@@ -67,7 +67,8 @@ void roll_meta(const c10::OperatorHandle&, Stack* stack) {
 void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 9);
   const at::Tensor input = a[0].toTensor(), weight = a[1].toTensor(), bias = optional_tensor(a[2]);
-  const auto stride = concrete_ints(a[3]), padding = concrete_ints(a[4]), dilation = concrete_ints(a[5]), output_padding = concrete_ints(a[7]);
+  const auto stride = concrete_ints(a[3]), padding = concrete_ints(a[4]), dilation = concrete_ints(a[5]),
+             output_padding = concrete_ints(a[7]);
   const bool transposed = a[6].toBool();
   const int64_t groups = concrete_int(a[8]);
   const int64_t dim = input.dim();
@@ -79,8 +80,7 @@ void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
   TORCH_CHECK(groups > 0, "non-positive groups is not supported");
   auto expand = [spatial](std::vector<int64_t> v, const char* what) {
     if (v.size() == 1 && spatial > 1) v.assign(static_cast<size_t>(spatial), v[0]);
-    TORCH_CHECK(static_cast<int64_t>(v.size()) == spatial, what, " must have ", spatial, " elements, got ",
-                v.size());
+    TORCH_CHECK(static_cast<int64_t>(v.size()) == spatial, what, " must have ", spatial, " elements, got ", v.size());
     return v;
   };
   const auto s = expand(stride, "stride"), p = expand(padding, "padding"), d = expand(dilation, "dilation");
@@ -99,22 +99,22 @@ void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
               groups, " at dimension 0, but got weight of size ", weight.sizes(), " instead");
   if (input.size(0) > 0)
     for (int64_t i = 0; i < spatial; ++i)
-      TORCH_CHECK(input.size(i + 2) > 0, "Only zero batch or zero channel inputs are supported, but got input shape: ",
-                  input.sizes());
+      TORCH_CHECK(input.size(i + 2) > 0,
+                  "Only zero batch or zero channel inputs are supported, but got input shape: ", input.sizes());
   TORCH_CHECK_TYPE(input.scalar_type() == weight.scalar_type(), "input type (", input.scalar_type(),
                    ") and weight type (", weight.scalar_type(), ") should be the same");
   int64_t out_channels;
   if (!transposed) {
-    TORCH_CHECK(input.size(1) == weight.size(1) * groups, "Given groups=", groups, ", weight of size ",
-                weight.sizes(), ", expected input", input.sizes(), " to have ", weight.size(1) * groups,
-                " channels, but got ", input.size(1), " channels instead");
-    TORCH_CHECK(weight.size(0) % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ",
-                groups, " at dimension 0, but got weight of size ", weight.sizes(), " instead");
+    TORCH_CHECK(input.size(1) == weight.size(1) * groups, "Given groups=", groups, ", weight of size ", weight.sizes(),
+                ", expected input", input.sizes(), " to have ", weight.size(1) * groups, " channels, but got ",
+                input.size(1), " channels instead");
+    TORCH_CHECK(weight.size(0) % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ", groups,
+                " at dimension 0, but got weight of size ", weight.sizes(), " instead");
     out_channels = weight.size(0);
   } else {
     TORCH_CHECK(input.size(1) == weight.size(0), "Given transposed=1, weight of size ", weight.sizes(),
-                ", expected input", input.sizes(), " to have ", weight.size(0), " channels, but got ",
-                input.size(1), " channels instead");
+                ", expected input", input.sizes(), " to have ", weight.size(0), " channels, but got ", input.size(1),
+                " channels instead");
     out_channels = weight.size(1) * groups;
   }
   if (bias.defined())
@@ -127,8 +127,8 @@ void convolution_meta(const c10::OperatorHandle&, Stack* stack) {
     int64_t o;
     if (!transposed) {
       const int64_t padded = in + 2 * p[i], effective = d[i] * (k - 1) + 1;
-      TORCH_CHECK(padded >= effective, "Calculated padded input size per channel: (", padded,
-                  "). Kernel size: (", effective, "). Kernel size can't be greater than actual input size");
+      TORCH_CHECK(padded >= effective, "Calculated padded input size per channel: (", padded, "). Kernel size: (",
+                  effective, "). Kernel size can't be greater than actual input size");
       o = (padded - effective) / s[i] + 1;
     } else {
       const int64_t op = output_padding.empty() ? 0 : output_padding[output_padding.size() == 1 ? 0 : i];
@@ -181,8 +181,7 @@ void where_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 3);
   const at::Tensor cond = a[0].toTensor(), self = a[1].toTensor(), other = a[2].toTensor();
   TORCH_CHECK_TYPE(cond.scalar_type() == at::kBool || cond.scalar_type() == at::kByte,
-                   "where expected condition to be a boolean tensor, but got a tensor with dtype ",
-                   cond.scalar_type());
+                   "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
   const auto shape = at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes());
   finish(stack, 3, {at::empty(shape, self.options().device(at::kMeta).dtype(at::result_type(self, other)))});
 }
@@ -194,8 +193,7 @@ void where_out_meta(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor cond = a[0].toTensor(), self = a[1].toTensor(), other = a[2].toTensor();
   at::Tensor out = a[3].toTensor();
   TORCH_CHECK_TYPE(cond.scalar_type() == at::kBool || cond.scalar_type() == at::kByte,
-                   "where expected condition to be a boolean tensor, but got a tensor with dtype ",
-                   cond.scalar_type());
+                   "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
   out.resize_(at::infer_size(at::infer_size(cond.sizes(), self.sizes()), other.sizes()));
   finish(stack, 4, {out});
 }
@@ -212,10 +210,10 @@ void log_sigmoid_forward_meta(const c10::OperatorHandle&, Stack* stack) {
 void nll_loss2d_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 5);
   const at::Tensor self = a[0].toTensor(), target = a[1].toTensor();
-  TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of size: ",
-              self.sizes());
-  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of size: ",
-              target.sizes());
+  TORCH_CHECK(self.dim() == 4,
+              "only batches of spatial inputs supported (4D tensors), but got input of size: ", self.sizes());
+  TORCH_CHECK(target.dim() == 3,
+              "only batches of spatial targets supported (3D tensors) but got targets of size: ", target.sizes());
   TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
               "size mismatch (got input: ", self.sizes(), " , target: ", target.sizes(), ")");
   const int64_t reduction = a[3].toInt();
@@ -247,7 +245,6 @@ void logical_not_out_meta(const c10::OperatorHandle&, Stack* stack) {
   finish(stack, 2, {out});
 }
 
-
 // Backward kernels (and native_layer_norm, which LibTorch 1.13 only decomposes on meta):
 // what they allocate on a real device, so that the planner's simulation of a backward
 // pass on meta tensors follows the same tensors.
@@ -258,7 +255,9 @@ std::vector<bool> mask_of(const c10::IValue& v) {
   return mask;
 }
 
-at::Tensor if_set(bool set, const at::Tensor& like) { return set && like.defined() ? meta_like(like.sizes(), like) : at::Tensor(); }
+at::Tensor if_set(bool set, const at::Tensor& like) {
+  return set && like.defined() ? meta_like(like.sizes(), like) : at::Tensor();
+}
 
 template <size_t N, size_t I>
 void like_arg_meta(const c10::OperatorHandle&, Stack* stack) {
@@ -299,17 +298,21 @@ void native_layer_norm_meta(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor input = a[0].toTensor(), weight = optional_tensor(a[2]), bias = optional_tensor(a[3]);
   const auto normalized = concrete_ints(a[1]);
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized.size());
-  TORCH_CHECK(!normalized.empty(), "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
-              "least one element, but got normalized_shape = ", at::IntArrayRef(normalized));
+  TORCH_CHECK(!normalized.empty(),
+              "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+              "least one element, but got normalized_shape = ",
+              at::IntArrayRef(normalized));
   TORCH_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)).equals(normalized),
               "Given normalized_shape=", at::IntArrayRef(normalized), ", expected input with shape [*, ",
               at::IntArrayRef(normalized), "], but got input of size", input.sizes());
-  TORCH_CHECK(!weight.defined() || weight.sizes().equals(normalized), "Expected weight to be of same shape as "
-              "normalized_shape, but got weight of shape ", weight.sizes(), " and normalized_shape = ",
-              at::IntArrayRef(normalized));
-  TORCH_CHECK(!bias.defined() || bias.sizes().equals(normalized), "Expected bias to be of same shape as "
-              "normalized_shape, but got bias of shape ", bias.sizes(), " and normalized_shape = ",
-              at::IntArrayRef(normalized));
+  TORCH_CHECK(!weight.defined() || weight.sizes().equals(normalized),
+              "Expected weight to be of same shape as "
+              "normalized_shape, but got weight of shape ",
+              weight.sizes(), " and normalized_shape = ", at::IntArrayRef(normalized));
+  TORCH_CHECK(!bias.defined() || bias.sizes().equals(normalized),
+              "Expected bias to be of same shape as "
+              "normalized_shape, but got bias of shape ",
+              bias.sizes(), " and normalized_shape = ", at::IntArrayRef(normalized));
   std::vector<int64_t> stats = input.sizes().vec();
   for (size_t d = static_cast<size_t>(axis); d < stats.size(); ++d) stats[d] = 1;
   finish(stack, 5, {meta_like(input.sizes(), input), meta_like(stats, input), meta_like(stats, input)});
@@ -359,8 +362,8 @@ std::unique_ptr<torch::Library>& library() {
 template <void (*Kernel)(const c10::OperatorHandle&, Stack*)>
 void register_meta(const char* op) {
   if (!library())
-    library() = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__,
-                                                 __LINE__);
+    library() =
+        std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
   library()->impl(op, torch::CppFunction::makeFromBoxedFunction<Kernel>());
   filled().push_back(op);
 }
@@ -409,9 +412,7 @@ void register_all() {
   fill_in<logical_not_out_meta>("logical_not.out", [] { at::logical_not(m({2}, at::kBool)); });
   fill_in<log_sigmoid_forward_meta>("log_sigmoid_forward", [] { at::log_sigmoid_forward(m({2})); });
   fill_in<like_arg_meta<3, 1>>("log_sigmoid_backward", [] { at::log_sigmoid_backward(m({2}), m({2}), m({2})); });
-  fill_in<nll_loss2d_meta>("nll_loss2d_forward", [] {
-    at::nll_loss2d(m({1, 2, 2, 2}), m({1, 2, 2}, at::kLong));
-  });
+  fill_in<nll_loss2d_meta>("nll_loss2d_forward", [] { at::nll_loss2d(m({1, 2, 2, 2}), m({1, 2, 2}, at::kLong)); });
   fill_in_missing<native_layer_norm_meta>("native_layer_norm");
   fill_in_missing<native_layer_norm_backward_meta>("native_layer_norm_backward");
   fill_in_missing<convolution_backward_meta>("convolution_backward");

@@ -39,8 +39,8 @@ void check_linear_bias(const Meta& x, const Meta& w, const Meta& b) {
     broadcasts = have == want || have == 1;
   }
   if (!broadcasts)
-    fail(KOILA_ERROR_SHAPE, "linear's bias " + shape_string(b.shape) + " does not broadcast to its result " +
-                                shape_string(result));
+    fail(KOILA_ERROR_SHAPE,
+         "linear's bias " + shape_string(b.shape) + " does not broadcast to its result " + shape_string(result));
 }
 
 Meta linear_result(const Metas& in, const Node&) {
@@ -102,10 +102,11 @@ NodePtr convolution(const char* name, const NodePtr& input, const NodePtr& weigh
   const bool batched = rank == static_cast<int64_t>(spatial) + 2;
   const bool two_d = spatial == 2;
   return build(OpSpec{.name = name,
-                      .run = [s, p, d, groups, two_d](const Tensors& in, const Node&) {
-                        return two_d ? at::conv2d(in[0], in[1], in[2], s, p, d, groups)
-                                     : at::conv1d(in[0], in[1], in[2], s, p, d, groups);
-                      },
+                      .run =
+                          [s, p, d, groups, two_d](const Tensors& in, const Node&) {
+                            return two_d ? at::conv2d(in[0], in[1], in[2], s, p, d, groups)
+                                         : at::conv1d(in[0], in[1], in[2], s, p, d, groups);
+                          },
                       .batch = batch::same_dims_except(range(batched ? 1 : 0, rank), "convolves")},
                {input, weight, bias});
 }
@@ -116,13 +117,14 @@ NodePtr pool(const char* name, const NodePtr& input, std::vector<int64_t> k, std
   const int64_t rank = rank_of(input);
   if (rank != 3 && rank != 4)
     fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
-  return build(OpSpec{.name = name,
-                      .run = [k, s, p, ceil, max](const Tensors& in, const Node&) {
-                        return max ? at::max_pool2d(in[0], k, s, p, {1, 1}, ceil)
-                                   : at::avg_pool2d(in[0], k, s, p, ceil);
-                      },
-                      .batch = batch::same_dims_except({rank - 2, rank - 1}, "pools")},
-               {input});
+  return build(
+      OpSpec{.name = name,
+             .run =
+                 [k, s, p, ceil, max](const Tensors& in, const Node&) {
+                   return max ? at::max_pool2d(in[0], k, s, p, {1, 1}, ceil) : at::avg_pool2d(in[0], k, s, p, ceil);
+                 },
+             .batch = batch::same_dims_except({rank - 2, rank - 1}, "pools")},
+      {input});
 }
 
 // q [..., L, E] @ k [..., S, E]^T, masked, softmax, @ v [..., S, Ev]. Spelled out rather
@@ -160,8 +162,8 @@ namespace koila::ops {
 
 NodePtr matmul(const char* name, const NodePtr& lhs, const NodePtr& rhs) {
   if (rank_of(lhs) == 0 || rank_of(rhs) == 0)
-    fail(KOILA_ERROR_SHAPE, "both arguments to matmul need at least 1 dimension, got " +
-                                shape_string(lhs->meta.shape) + " and " + shape_string(rhs->meta.shape));
+    fail(KOILA_ERROR_SHAPE, "both arguments to matmul need at least 1 dimension, got " + shape_string(lhs->meta.shape) +
+                                " and " + shape_string(rhs->meta.shape));
   return build(OpSpec{.name = name,
                       .run = [](const Tensors& in, const Node&) { return at::matmul(in[0], in[1]); },
                       .batch = matmul_batch},
@@ -218,12 +220,11 @@ NodePtr adaptive_avg_pool2d(const char* name, const NodePtr& input, std::vector<
 }
 
 NodePtr batch_norm(const char* name, const NodePtr& input, const NodePtr& weight, const NodePtr& bias,
-                   const NodePtr& running_mean, const NodePtr& running_var, bool train, double momentum,
-                   double eps) {
+                   const NodePtr& running_mean, const NodePtr& running_var, bool train, double momentum, double eps) {
   require_floating(input, "x");
   if (rank_of(input) < 2)
-    fail(KOILA_ERROR_SHAPE, "batch_norm expects an input [N, C, ...] of rank 2 or more, got " +
-                                shape_string(input->meta.shape));
+    fail(KOILA_ERROR_SHAPE,
+         "batch_norm expects an input [N, C, ...] of rank 2 or more, got " + shape_string(input->meta.shape));
   if (!train && (!running_mean || !running_var))
     fail(KOILA_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed when training is 0");
   if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
@@ -240,9 +241,10 @@ NodePtr batch_norm(const char* name, const NodePtr& input, const NodePtr& weight
     for (const NodePtr* n : {&running_mean, &running_var})
       if (*n && !(*n)->lazy()) stats_buffers.push_back((*n)->value);
   return build(OpSpec{.name = name,
-                      .run = [train, momentum, eps](const Tensors& in, const Node&) {
-                        return observed_batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
-                      },
+                      .run =
+                          [train, momentum, eps](const Tensors& in, const Node&) {
+                            return observed_batch_norm(in[0], in[1], in[2], in[3], in[4], train, momentum, eps, false);
+                          },
                       .batch = std::move(rule),
                       .signature = train ? "train" : "eval",
                       .mutates_state = train,
@@ -258,46 +260,49 @@ NodePtr layer_norm(const char* name, const NodePtr& input, std::vector<int64_t> 
   const int64_t rank = rank_of(input);
   const int64_t first = std::max<int64_t>(0, rank - static_cast<int64_t>(shape.size()));
   return build(OpSpec{.name = name,
-                      .run = [shape, eps](const Tensors& in, const Node&) {
-                        return at::layer_norm(in[0], shape, in[1], in[2], eps);
-                      },
+                      .run = [shape, eps](const Tensors& in,
+                                          const Node&) { return at::layer_norm(in[0], shape, in[1], in[2], eps); },
                       .batch = batch::same_dims_except(range(first, rank), "normalizes")},
                {input, weight, bias});
 }
 
 NodePtr embedding(const char* name, const NodePtr& w, const NodePtr& idx) {
-  if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "embedding needs a weight [num, dim], got " + shape_string(w->meta.shape));
+  if (rank_of(w) != 2)
+    fail(KOILA_ERROR_SHAPE, "embedding needs a weight [num, dim], got " + shape_string(w->meta.shape));
   if (idx->meta.dtype != at::kLong && idx->meta.dtype != at::kInt)
-    fail(KOILA_ERROR_DTYPE, std::string("indices must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
+    fail(KOILA_ERROR_DTYPE,
+         std::string("indices must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
   return build(OpSpec{.name = name,
                       .run = [](const Tensors& in, const Node&) { return at::embedding(in[0], in[1]); },
-                      .batch = [](const Metas& in, const Meta&) {
-                        if (in[0]->batch_dim >= 0) return batch::couple("its weight is batched");
-                        BatchResult r;
-                        r.batch_dim = in[1]->batch_dim;
-                        return r;
-                      }},
+                      .batch =
+                          [](const Metas& in, const Meta&) {
+                            if (in[0]->batch_dim >= 0) return batch::couple("its weight is batched");
+                            BatchResult r;
+                            r.batch_dim = in[1]->batch_dim;
+                            return r;
+                          }},
                {w, idx});
 }
 
-NodePtr scaled_dot_product_attention(const char* name, const NodePtr& query, const NodePtr& key,
-                                     const NodePtr& value, const NodePtr& mask, bool causal) {
+NodePtr scaled_dot_product_attention(const char* name, const NodePtr& query, const NodePtr& key, const NodePtr& value,
+                                     const NodePtr& mask, bool causal) {
   for (const NodePtr* t : {&query, &key, &value}) {
     require_floating(*t, "q, k and v");
-    if (rank_of(*t) < 2) fail(KOILA_ERROR_SHAPE, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
+    if (rank_of(*t) < 2)
+      fail(KOILA_ERROR_SHAPE, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
   }
   const int64_t e = query->meta.shape.back(), s = key->meta.shape[rank_of(key) - 2];
   if (key->meta.shape.back() != e || value->meta.shape[rank_of(value) - 2] != s)
-    fail(KOILA_ERROR_SHAPE, "expected q [..., L, E], k [..., S, E], v [..., S, Ev], got " +
-                                describe_inputs({query, key, value}));
+    fail(KOILA_ERROR_SHAPE,
+         "expected q [..., L, E], k [..., S, E], v [..., S, Ev], got " + describe_inputs({query, key, value}));
   if (mask && mask->meta.dtype != at::kBool && !at::isFloatingType(mask->meta.dtype))
-    fail(KOILA_ERROR_DTYPE, std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
-  return build(OpSpec{.name = name,
-                      .run = [causal](const Tensors& in, const Node&) {
-                        return attention(in[0], in[1], in[2], in[3], causal);
-                      },
-                      .batch = attention_batch},
-               {query, key, value, mask});
+    fail(KOILA_ERROR_DTYPE,
+         std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
+  return build(
+      OpSpec{.name = name,
+             .run = [causal](const Tensors& in, const Node&) { return attention(in[0], in[1], in[2], in[3], causal); },
+             .batch = attention_batch},
+      {query, key, value, mask});
 }
 
 }  // namespace koila::ops

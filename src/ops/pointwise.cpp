@@ -44,17 +44,17 @@ Meta same_as_input(const std::vector<const Meta*>& in, const Node&) {
 }
 
 NodePtr binary(const char* name, const NodePtr& a, const NodePtr& b, Binary fn) {
-  return build(OpSpec{.name = name,
-                      .run = [fn](const Tensors& in, const Node&) { return fn(in[0], in[1]); },
-                      .probe_kernel = true},
-               {a, b});
+  return build(
+      OpSpec{
+          .name = name, .run = [fn](const Tensors& in, const Node&) { return fn(in[0], in[1]); }, .probe_kernel = true},
+      {a, b});
 }
 
 NodePtr with_scalar(const char* name, const NodePtr& a, double s, WithScalar fn) {
-  return build(OpSpec{.name = name,
-                      .run = [fn, s](const Tensors& in, const Node&) { return fn(in[0], s); },
-                      .probe_kernel = true},
-               {a});
+  return build(
+      OpSpec{
+          .name = name, .run = [fn, s](const Tensors& in, const Node&) { return fn(in[0], s); }, .probe_kernel = true},
+      {a});
 }
 
 NodePtr unary(const char* name, const NodePtr& input, Unary fn, bool floating_only = false) {
@@ -77,19 +77,20 @@ NodePtr along_dim(const char* name, const NodePtr& input, int64_t dim, at::Tenso
 
 }  // namespace
 
-#define KOILA_BINARY_OP(NAME, EXPR)                                                                \
-  NodePtr NAME(const char* name, const NodePtr& a, const NodePtr& b) {                             \
-    return binary(name, a, b, [](const at::Tensor& x, const at::Tensor& y) { return EXPR; });      \
+#define KOILA_BINARY_OP(NAME, EXPR)                                                           \
+  NodePtr NAME(const char* name, const NodePtr& a, const NodePtr& b) {                        \
+    return binary(name, a, b, [](const at::Tensor& x, const at::Tensor& y) { return EXPR; }); \
   }
 
-#define KOILA_WITH_SCALAR_OP(NAME, EXPR)                                                           \
-  NodePtr NAME(const char* name, const NodePtr& a, double s) {                                     \
-    return with_scalar(name, a, s, [](const at::Tensor& x, double v) { return EXPR; });            \
+#define KOILA_WITH_SCALAR_OP(NAME, EXPR)                                                \
+  NodePtr NAME(const char* name, const NodePtr& a, double s) {                          \
+    return with_scalar(name, a, s, [](const at::Tensor& x, double v) { return EXPR; }); \
   }
 
-#define KOILA_UNARY_OP(NAME, EXPR, FLOATING_ONLY)                                                  \
-  NodePtr NAME(const char* name, const NodePtr& x) {                                               \
-    return unary(name, x, [](const at::Tensor& t) { return EXPR; }, FLOATING_ONLY);                \
+#define KOILA_UNARY_OP(NAME, EXPR, FLOATING_ONLY)                          \
+  NodePtr NAME(const char* name, const NodePtr& x) {                       \
+    return unary(                                                          \
+        name, x, [](const at::Tensor& t) { return EXPR; }, FLOATING_ONLY); \
   }
 
 namespace koila::ops {

@@ -74,8 +74,8 @@ BatchRule loss_batch(int64_t class_dim, at::Reduction::Reduction r) {
       int64_t q = pos - (loss_rank - rank);
       if (class_dim >= 0 && rank == static_cast<int64_t>(x.shape.size())) q = pos >= class_dim ? pos + 1 : pos;
       if (q >= 0 && q < rank && m.shape[q] != 1)
-        return batch::couple(std::string(i == 0 ? "the input" : "the target") + " of shape " +
-                             shape_string(m.shape) + " is not batched but spans the batch dim; wrap it with "
+        return batch::couple(std::string(i == 0 ? "the input" : "the target") + " of shape " + shape_string(m.shape) +
+                             " is not batched but spans the batch dim; wrap it with "
                              "koila_lazy on the batch dim too");
     }
     BatchResult result;
@@ -123,30 +123,32 @@ NodePtr loss(const char* name, const NodePtr& x, const NodePtr& t, at::Reduction
                {x, t});
 }
 
-
 }  // namespace
 
 namespace koila::ops {
 
 NodePtr sum(const char* name, const NodePtr& x, std::vector<int64_t> dims, bool keepdim) {
-  return reduction(name, x, dims, keepdim,
-                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::sum(t, d, k); }, BatchReduction::Sum);
+  return reduction(
+      name, x, dims, keepdim, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::sum(t, d, k); },
+      BatchReduction::Sum);
 }
 
 NodePtr mean(const char* name, const NodePtr& x, std::vector<int64_t> dims, bool keepdim) {
-  return reduction(name, x, dims, keepdim,
-                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::mean(t, d, k); }, BatchReduction::Mean,
-                   true);
+  return reduction(
+      name, x, dims, keepdim, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::mean(t, d, k); },
+      BatchReduction::Mean, true);
 }
 
 NodePtr amax(const char* name, const NodePtr& x, std::vector<int64_t> dims, bool keepdim) {
-  return reduction(name, x, dims, keepdim,
-                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amax(t, d, k); }, BatchReduction::Max);
+  return reduction(
+      name, x, dims, keepdim, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amax(t, d, k); },
+      BatchReduction::Max);
 }
 
 NodePtr amin(const char* name, const NodePtr& x, std::vector<int64_t> dims, bool keepdim) {
-  return reduction(name, x, dims, keepdim,
-                   [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amin(t, d, k); }, BatchReduction::Min);
+  return reduction(
+      name, x, dims, keepdim, [](const at::Tensor& t, at::IntArrayRef d, bool k) { return at::amin(t, d, k); },
+      BatchReduction::Min);
 }
 
 NodePtr argmax(const char* name, const NodePtr& input, int64_t dim, bool keep) {
@@ -161,17 +163,18 @@ NodePtr argmax(const char* name, const NodePtr& input, int64_t dim, bool keep) {
 }
 
 NodePtr cross_entropy(const char* name, const NodePtr& logits, const NodePtr& target, at::Reduction::Reduction r) {
-  return loss(name, logits, target, r,
-              [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
-                return at::cross_entropy_loss(x, t, {}, red, -100, 0.0);
-              },
-              true);
+  return loss(
+      name, logits, target, r,
+      [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
+        return at::cross_entropy_loss(x, t, {}, red, -100, 0.0);
+      },
+      true);
 }
 
 NodePtr nll_loss(const char* name, const NodePtr& log_probs, const NodePtr& target, at::Reduction::Reduction r) {
-  return loss(name, log_probs, target, r,
-              [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::nll_loss_nd(x, t, {}, red, -100); },
-              true);
+  return loss(
+      name, log_probs, target, r,
+      [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::nll_loss_nd(x, t, {}, red, -100); }, true);
 }
 
 NodePtr mse_loss(const char* name, const NodePtr& a, const NodePtr& b, at::Reduction::Reduction r) {
@@ -179,17 +182,19 @@ NodePtr mse_loss(const char* name, const NodePtr& a, const NodePtr& b, at::Reduc
 }
 
 NodePtr l1_loss(const char* name, const NodePtr& a, const NodePtr& b, at::Reduction::Reduction r) {
-  return loss(name, a, b, r,
-              [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::l1_loss(x, t, red); }, false);
+  return loss(
+      name, a, b, r, [](const at::Tensor& x, const at::Tensor& t, int64_t red) { return at::l1_loss(x, t, red); },
+      false);
 }
 
 NodePtr binary_cross_entropy_with_logits(const char* name, const NodePtr& logits, const NodePtr& target,
                                          at::Reduction::Reduction r) {
-  return loss(name, logits, target, r,
-              [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
-                return at::binary_cross_entropy_with_logits(x, t, {}, {}, red);
-              },
-              false);
+  return loss(
+      name, logits, target, r,
+      [](const at::Tensor& x, const at::Tensor& t, int64_t red) {
+        return at::binary_cross_entropy_with_logits(x, t, {}, {}, red);
+      },
+      false);
 }
 
 }  // namespace koila::ops

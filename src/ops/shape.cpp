@@ -46,16 +46,18 @@ namespace koila::ops {
 
 NodePtr reshape(const char* name, const NodePtr& input, std::vector<int64_t> target) {
   for (int64_t s : target)
-    if (s < -1) fail(KOILA_ERROR_INVALID_ARGUMENT, "invalid size " + std::to_string(s) + " in shape " + shape_string(target));
+    if (s < -1)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "invalid size " + std::to_string(s) + " in shape " + shape_string(target));
   return build(OpSpec{.name = name,
-                      .run = [target](const Tensors& in, const Node& self) {
-                        // The inferred full shape with the batch dim resized to the chunk at hand,
-                        // so that literal batch sizes written by the caller also fit a chunk.
-                        if (self.meta.batch_dim < 0) return at::reshape(in[0], target);
-                        std::vector<int64_t> shape = self.meta.shape;
-                        shape[self.meta.batch_dim] = in[0].size(self.inputs[0]->meta.batch_dim);
-                        return at::reshape(in[0], shape);
-                      },
+                      .run =
+                          [target](const Tensors& in, const Node& self) {
+                            // The inferred full shape with the batch dim resized to the chunk at hand,
+                            // so that literal batch sizes written by the caller also fit a chunk.
+                            if (self.meta.batch_dim < 0) return at::reshape(in[0], target);
+                            std::vector<int64_t> shape = self.meta.shape;
+                            shape[self.meta.batch_dim] = in[0].size(self.inputs[0]->meta.batch_dim);
+                            return at::reshape(in[0], shape);
+                          },
                       .batch = view_batch},
                {input});
 }
@@ -63,8 +65,9 @@ NodePtr reshape(const char* name, const NodePtr& input, std::vector<int64_t> tar
 NodePtr flatten(const char* name, const NodePtr& input, int64_t start, int64_t end) {
   const int64_t rank = rank_of(input);
   const int64_t s = normalize_dim(start, rank, "start"), e = normalize_dim(end, rank, "end");
-  if (s > e) fail(KOILA_ERROR_INVALID_ARGUMENT, "flatten: start (" + std::to_string(start) +
-                                                    ") must not come after end (" + std::to_string(end) + ")");
+  if (s > e)
+    fail(KOILA_ERROR_INVALID_ARGUMENT,
+         "flatten: start (" + std::to_string(start) + ") must not come after end (" + std::to_string(end) + ")");
   return build(OpSpec{.name = name,
                       .run = [s, e](const Tensors& in, const Node&) { return at::flatten(in[0], s, e); },
                       .batch = view_batch},
@@ -91,11 +94,12 @@ NodePtr permute(const char* name, const NodePtr& input, const std::vector<int64_
   }
   return build(OpSpec{.name = name,
                       .run = [order](const Tensors& in, const Node&) { return in[0].permute(order); },
-                      .batch = [order](const Metas& in, const Meta&) {
-                        const int64_t b = in[0]->batch_dim;
-                        if (b < 0) return BatchResult{};
-                        return at_dim(std::find(order.begin(), order.end(), b) - order.begin());
-                      }},
+                      .batch =
+                          [order](const Metas& in, const Meta&) {
+                            const int64_t b = in[0]->batch_dim;
+                            if (b < 0) return BatchResult{};
+                            return at_dim(std::find(order.begin(), order.end(), b) - order.begin());
+                          }},
                {input});
 }
 
@@ -104,10 +108,11 @@ NodePtr transpose(const char* name, const NodePtr& input, int64_t d0, int64_t d1
   const int64_t a = normalize_dim(d0, rank, "d0"), b = normalize_dim(d1, rank, "d1");
   return build(OpSpec{.name = name,
                       .run = [a, b](const Tensors& in, const Node&) { return in[0].transpose(a, b); },
-                      .batch = [a, b](const Metas& in, const Meta&) {
-                        const int64_t bd = in[0]->batch_dim;
-                        return at_dim(bd == a ? b : bd == b ? a : bd);
-                      }},
+                      .batch =
+                          [a, b](const Metas& in, const Meta&) {
+                            const int64_t bd = in[0]->batch_dim;
+                            return at_dim(bd == a ? b : bd == b ? a : bd);
+                          }},
                {input});
 }
 
@@ -116,27 +121,28 @@ NodePtr squeeze(const char* name, const NodePtr& input, int64_t dim) {
   // Whether the dim goes is decided here, on the full shape: a chunk of one sample
   // must not lose a batch dim that the whole batch keeps (found by the API fuzzer).
   const bool removes = rank_of(input) > 0 && input->meta.shape[d] == 1;
-  return build(OpSpec{.name = name,
-                      .run = [d, removes](const Tensors& in, const Node&) {
-                        return removes ? in[0].squeeze(d) : in[0].alias();
-                      },
-                      .batch = [d](const Metas& in, const Meta& out) {
-                        const Meta& m = *in[0];
-                        if (m.batch_dim < 0 || out.shape.size() == m.shape.size()) return at_dim(m.batch_dim);
-                        if (m.batch_dim == d) return batch::couple("squeezes away the batch dim");
-                        return at_dim(m.batch_dim > d ? m.batch_dim - 1 : m.batch_dim);
-                      }},
-               {input});
+  return build(
+      OpSpec{.name = name,
+             .run = [d, removes](const Tensors& in, const Node&) { return removes ? in[0].squeeze(d) : in[0].alias(); },
+             .batch =
+                 [d](const Metas& in, const Meta& out) {
+                   const Meta& m = *in[0];
+                   if (m.batch_dim < 0 || out.shape.size() == m.shape.size()) return at_dim(m.batch_dim);
+                   if (m.batch_dim == d) return batch::couple("squeezes away the batch dim");
+                   return at_dim(m.batch_dim > d ? m.batch_dim - 1 : m.batch_dim);
+                 }},
+      {input});
 }
 
 NodePtr unsqueeze(const char* name, const NodePtr& input, int64_t dim) {
   const int64_t d = normalize_dim(dim, rank_of(input) + 1, "dim");
   return build(OpSpec{.name = name,
                       .run = [d](const Tensors& in, const Node&) { return in[0].unsqueeze(d); },
-                      .batch = [d](const Metas& in, const Meta&) {
-                        const int64_t b = in[0]->batch_dim;
-                        return at_dim(b >= d ? b + 1 : b);
-                      }},
+                      .batch =
+                          [d](const Metas& in, const Meta&) {
+                            const int64_t b = in[0]->batch_dim;
+                            return at_dim(b >= d ? b + 1 : b);
+                          }},
                {input});
 }
 
@@ -180,17 +186,20 @@ NodePtr narrow(const char* name, const NodePtr& input, int64_t dim, int64_t star
 NodePtr index_select(const char* name, const NodePtr& input, int64_t dim, const NodePtr& idx) {
   const int64_t d = normalize_dim(dim, rank_of(input), "dim");
   if (idx->meta.dtype != at::kLong && idx->meta.dtype != at::kInt)
-    fail(KOILA_ERROR_DTYPE, std::string("index must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
+    fail(KOILA_ERROR_DTYPE,
+         std::string("index must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
   if (rank_of(idx) > 1) fail(KOILA_ERROR_SHAPE, "index must be 1-D, got " + shape_string(idx->meta.shape));
   return build(OpSpec{.name = name,
                       .run = [d](const Tensors& in, const Node&) { return at::index_select(in[0], d, in[1]); },
-                      .batch = [d](const Metas& in, const Meta&) {
-                        const Meta &m = *in[0], &i = *in[1];
-                        if (m.batch_dim >= 0 && i.batch_dim >= 0) return batch::couple("both input and index are batched");
-                        if (i.batch_dim >= 0) return at_dim(d);
-                        if (m.batch_dim == d) return batch::couple("selects samples along the batch dim");
-                        return at_dim(m.batch_dim);
-                      }},
+                      .batch =
+                          [d](const Metas& in, const Meta&) {
+                            const Meta &m = *in[0], &i = *in[1];
+                            if (m.batch_dim >= 0 && i.batch_dim >= 0)
+                              return batch::couple("both input and index are batched");
+                            if (i.batch_dim >= 0) return at_dim(d);
+                            if (m.batch_dim == d) return batch::couple("selects samples along the batch dim");
+                            return at_dim(m.batch_dim);
+                          }},
                {input, idx});
 }
 

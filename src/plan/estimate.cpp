@@ -1,22 +1,22 @@
 #include "plan/estimate.h"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <atomic>
-#include <c10/core/GradMode.h>
 #include <cmath>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "run/chunked_run.h"
 #include "base/error.h"
-#include "run/executor.h"
+#include "base/random_scope.h"
+#include "base/text.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
 #include "memory/meta_counter.h"
 #include "memory/run_memory.h"
-#include "base/random_scope.h"
-#include "base/text.h"
+#include "run/chunked_run.h"
+#include "run/executor.h"
 
 namespace koila {
 namespace {
@@ -86,8 +86,8 @@ void run_mode(const NodePtr& root, const Analysis& a, RunMode mode, const ChunkR
 
 // `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
 // dropped instead of added into .grad.
-uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks,
-                  bool commit, const SimulationWatch* watch = nullptr) {
+uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, bool commit,
+                  const SimulationWatch* watch = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes(), mode);
@@ -113,8 +113,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // ops may change in place (running statistics) is copied first, the random state restored
 // after. Held to the budget and to `room` beyond what is in use: a probe that does not fit
 // fails instead of going over either.
-uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks,
-               uint64_t room) {
+uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room) {
   const c10::Device device = canonical_device(root->meta.device);
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
@@ -158,7 +157,7 @@ uint64_t coarse_estimate(const Analysis& a, RunMode mode, int64_t chunk) {
     double numel = 1;
     for (size_t d = 0; d < node->meta.shape.size(); ++d)
       numel *= static_cast<double>(static_cast<int64_t>(d) == node->meta.batch_dim && chunk >= 0 ? chunk
-                                                                                                   : node->meta.shape[d]);
+                                                                                                 : node->meta.shape[d]);
     bytes += numel * element;
   }
   if (mode == RunMode::Training) bytes = 3 * bytes + 2 * params;
@@ -216,9 +215,12 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
 // temporaries grow with the chunk.
 void Estimator::calibrate(Calibration& c) {
   std::vector<int64_t> sizes;
-  if (a_.batch >= 8) sizes = {2, 4};
-  else if (a_.splits(2)) sizes = {2};
-  else if (a_.splits(1)) sizes = {1};
+  if (a_.batch >= 8)
+    sizes = {2, 4};
+  else if (a_.splits(2))
+    sizes = {2};
+  else if (a_.splits(1))
+    sizes = {1};
   for (int64_t samples : sizes) {
     int64_t difference = 0;
     std::string why;
@@ -280,7 +282,8 @@ void Estimator::fit() {
     slope = static_cast<double>(m) / static_cast<double>(c);
   }
   double intercept = 0;
-  for (const auto& [c, m] : r.probes) intercept = std::max(intercept, static_cast<double>(m) - slope * static_cast<double>(c));
+  for (const auto& [c, m] : r.probes)
+    intercept = std::max(intercept, static_cast<double>(m) - slope * static_cast<double>(c));
   r.slope = slope;
   r.intercept = intercept;
 }
@@ -357,11 +360,9 @@ std::string Estimator::source() {
       os << " samples (+" << human_bytes(c.bytes);
       if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
       os << " beyond the simulation";
-      for (const auto& [samples, d] : c.below)
-        os << "; chunks of " << samples << ": probed alone, +" << human_bytes(d);
+      for (const auto& [samples, d] : c.below) os << "; chunks of " << samples << ": probed alone, +" << human_bytes(d);
       os << ")";
-    }
-    else if (!c.failure.empty())
+    } else if (!c.failure.empty())
       os << ", not calibrated (the probe failed: " << c.failure << ")";
     else
       os << ", not calibrated (no lazy batch to probe with)";
@@ -369,8 +370,8 @@ std::string Estimator::source() {
     os << "measured on real probes of";
     for (const auto& [c, m] : r.probes) os << " " << c;
     os << " samples and fitted (" << human_bytes(static_cast<uint64_t>(r.intercept)) << " + "
-       << human_bytes(static_cast<uint64_t>(r.slope)) << " a sample), as simulating the graph on meta tensors failed: "
-       << r.simulation_failure;
+       << human_bytes(static_cast<uint64_t>(r.slope))
+       << " a sample), as simulating the graph on meta tensors failed: " << r.simulation_failure;
   } else {
     os << "a coarse estimate: simulating the graph on meta tensors failed: " << r.simulation_failure;
     if (!r.probe_failure.empty()) os << "; probing failed: " << r.probe_failure;

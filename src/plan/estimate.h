@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "memory/meta_counter.h"
+#include "plan/memo.h"
 #include "run/analysis.h"
 #include "run/observer.h"
-#include "plan/memo.h"
 
 namespace koila {
 

@@ -47,8 +47,7 @@ RootMemo& memo_of(const NodePtr& root) {
   }
   RootMemo& memo = *slot;
   if (roots.size() > 2 * roots_after_sweep + 64) {
-    for (auto it = roots.begin(); it != roots.end();)
-      it = it->second->root.expired() ? roots.erase(it) : std::next(it);
+    for (auto it = roots.begin(); it != roots.end();) it = it->second->root.expired() ? roots.erase(it) : std::next(it);
     roots_after_sweep = roots.size();
   }
   return memo;

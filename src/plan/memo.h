@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "plan/fastest.h"
-#include "graph/graph.h"
 #include "base/structure_key.h"
+#include "graph/graph.h"
+#include "plan/fastest.h"
 #include "run/analysis.h"
 
 namespace koila {
@@ -35,8 +35,8 @@ const Analysis& analysis_of(const NodePtr& root, RunMode mode);
 struct Calibration {
   // Held while a plan reads or fills it, after the record's own mutex.
   std::mutex mutex;
-  bool done = false;     // probed (or the probe failed but for memory); false: not yet, or no room then
-  std::string failure;   // non-empty: the probe failed (why)
+  bool done = false;    // probed (or the probe failed but for memory); false: not yet, or no room then
+  std::string failure;  // non-empty: the probe failed (why)
   // Samples -> bytes the probe took beyond the simulation (or less).
   std::map<int64_t, int64_t> probes;
   // What is added to a simulated figure for a chunk c: `bytes`, and `slope` bytes a sample
@@ -57,13 +57,13 @@ struct GraphRecord {
   // threads simulate and probe it once.
   std::mutex mutex;
   std::map<std::pair<int64_t, int64_t>, uint64_t> simulated;  // (chunk, max chunks) -> extra bytes
-  std::string simulation_failure;  // non-empty: the simulation failed (why)
-  std::shared_ptr<Calibration> calibration;  // shared with the structure's other .grad states
-  bool probed = false;             // the fit done or tried
-  std::string probe_failure;       // non-empty: the fit's probes failed (why)
-  std::map<int64_t, uint64_t> probes;  // the fit's probes: chunk -> measured extra bytes
-  double intercept = 0, slope = 0;     // the fit: extra = intercept + slope * chunk
-  std::map<int64_t, uint64_t> observed;  // planned runs: chunk -> most extra bytes measured
+  std::string simulation_failure;                             // non-empty: the simulation failed (why)
+  std::shared_ptr<Calibration> calibration;                   // shared with the structure's other .grad states
+  bool probed = false;                                        // the fit done or tried
+  std::string probe_failure;                                  // non-empty: the fit's probes failed (why)
+  std::map<int64_t, uint64_t> probes;                         // the fit's probes: chunk -> measured extra bytes
+  double intercept = 0, slope = 0;                            // the fit: extra = intercept + slope * chunk
+  std::map<int64_t, uint64_t> observed;                       // planned runs: chunk -> most extra bytes measured
   ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
 };
 

@@ -1,7 +1,7 @@
 #include "plan/planner.h"
 
-#include <atomic>
 #include <c10/core/GradMode.h>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -9,20 +9,20 @@
 #include <mutex>
 #include <sstream>
 
-#include "run/chunked_run.h"
-#include "plan/chunking_options.h"
+#include "base/dims.h"
 #include "base/error.h"
-#include "run/executor.h"
-#include "plan/fastest.h"
+#include "base/text.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
-#include "memory/run_memory.h"
-#include "plan/estimate.h"
-#include "plan/memo.h"
-#include "run/progress.h"
 #include "memory/reservations.h"
-#include "base/text.h"
-#include "base/dims.h"
+#include "memory/run_memory.h"
+#include "plan/chunking_options.h"
+#include "plan/estimate.h"
+#include "plan/fastest.h"
+#include "plan/memo.h"
+#include "run/chunked_run.h"
+#include "run/executor.h"
+#include "run/progress.h"
 
 namespace koila {
 
@@ -42,8 +42,8 @@ int64_t largest_power_of_two_at_most(int64_t n) {
 void check_loss(const NodePtr& loss) {
   const uint64_t numel = checked_numel(loss->meta.shape);
   if (numel != 1)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss must have exactly one element, but has shape " +
-                                           shape_string(loss->meta.shape));
+    fail(KOILA_ERROR_INVALID_ARGUMENT,
+         "the loss must have exactly one element, but has shape " + shape_string(loss->meta.shape));
   if (!at::isFloatingType(loss->meta.dtype))
     fail(KOILA_ERROR_DTYPE, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
 }
@@ -52,8 +52,9 @@ void check_loss(const NodePtr& loss) {
 // (and could wait for that run to end): refused.
 void check_not_in_progress_callback() {
   if (in_progress_callback())
-    fail(KOILA_ERROR_UNSUPPORTED, "a progress callback cannot evaluate, plan or run a backward "
-                                  "(it runs inside the chunked run that called it)");
+    fail(KOILA_ERROR_UNSUPPORTED,
+         "a progress callback cannot evaluate, plan or run a backward "
+         "(it runs inside the chunked run that called it)");
 }
 
 bool fits(const Plan& p, uint64_t extra) {
@@ -73,8 +74,9 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
     return;
   }
   if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
-    p.chunk_choice = "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
-                     "the chunk size changes the results";
+    p.chunk_choice =
+        "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
+        "the chunk size changes the results";
     return;
   }
   std::map<int64_t, uint64_t> extras{{p.chunk, p.extra_bytes}};
@@ -272,7 +274,8 @@ std::string Plan::describe() const {
     os << ", unsplit";
   }
   os << ". Estimated peak " << human_bytes(peak()) << " (" << human_bytes(in_use_bytes) << " in use";
-  if (reserved_by_others_bytes > 0) os << " + " << human_bytes(reserved_by_others_bytes) << " reserved by runs on other threads";
+  if (reserved_by_others_bytes > 0)
+    os << " + " << human_bytes(reserved_by_others_bytes) << " reserved by runs on other threads";
   os << " + " << human_bytes(extra_bytes) << ")";
   if (split) os << ", unsplit " << human_bytes(full_peak());
   os << "; budget " << human_bytes(budget_bytes) << ".";
@@ -285,7 +288,9 @@ std::string Plan::describe() const {
   } else if (!fits_unsplit && !fits(*this, extra_bytes)) {
     os << " Not even a chunk of one sample fits.";
   } else if (!chunk_choice.empty()) {
-    os << (!fits_unsplit ? " The unsplit run does not fit. " : split ? " The unsplit run fits. " : " It fits unsplit. ")
+    os << (!fits_unsplit ? " The unsplit run does not fit. "
+           : split       ? " The unsplit run fits. "
+                         : " It fits unsplit. ")
        << chunk_choice << ".";
   } else if (split) {
     os << " The unsplit run does not fit; " << chunk << " is the largest power of two whose chunks fit.";
@@ -329,8 +334,9 @@ void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_co
     const at::Tensor& value = loss->value;
     const Tensors leaves = value.requires_grad() ? autograd_leaves({value}) : Tensors{};
     if (leaves.empty())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
-                                         "(see koila_tensor_set_requires_grad)");
+      fail(KOILA_ERROR_INVALID_ARGUMENT,
+           "the loss does not depend on any tensor that requires grad "
+           "(see koila_tensor_set_requires_grad)");
     Tensors grads = gradients({value}, {}, leaves);
     if (before_commit) hand_over(before_commit, leaves, grads, LossReduction{});
     commit_gradients(leaves, grads);

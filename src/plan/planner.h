@@ -16,33 +16,33 @@
 #include <string>
 #include <vector>
 
-#include "run/chunked_run.h"
 #include "graph/graph.h"
 #include "run/analysis.h"
+#include "run/chunked_run.h"
 
 namespace koila {
 
 struct Plan {
   RunMode mode = RunMode::Forward;
   c10::Device device = c10::Device(c10::kCPU);
-  std::string target;         // "[8, 10] float" — what is evaluated
-  int64_t batch = -1;         // batch size, -1: no lazy batch
-  int64_t chunk = -1;         // samples per chunk (the batch when it runs unsplit)
+  std::string target;  // "[8, 10] float" — what is evaluated
+  int64_t batch = -1;  // batch size, -1: no lazy batch
+  int64_t chunk = -1;  // samples per chunk (the batch when it runs unsplit)
   int64_t chunks = 1;
-  std::string coupled;        // non-empty: why the batch cannot be split (names the op)
+  std::string coupled;                                      // non-empty: why the batch cannot be split (names the op)
   koila_batch_stats batch_stats = KOILA_BATCH_STATS_EXACT;  // the policy in force when planned
-  bool per_chunk_stats = false;  // batch norm in training computes each chunk's own statistics
-  std::string stats_coupled;     // the op that couples the batch through its statistics, if any
+  bool per_chunk_stats = false;                   // batch norm in training computes each chunk's own statistics
+  std::string stats_coupled;                      // the op that couples the batch through its statistics, if any
   koila_chunking chunking = KOILA_CHUNK_LARGEST;  // the policy in force when planned
-  bool timed = false;            // FASTEST: the run times its chunk as a candidate (fastest.h)
-  std::string chunk_choice;      // FASTEST: how the chunk was chosen (candidates, timings)
-  uint64_t in_use_bytes = 0;              // in use on the device when planned
-  uint64_t reserved_by_others_bytes = 0;  // reserved by runs on other threads, not yet allocated
+  bool timed = false;                             // FASTEST: the run times its chunk as a candidate (fastest.h)
+  std::string chunk_choice;                       // FASTEST: how the chunk was chosen (candidates, timings)
+  uint64_t in_use_bytes = 0;                      // in use on the device when planned
+  uint64_t reserved_by_others_bytes = 0;          // reserved by runs on other threads, not yet allocated
   uint64_t budget_bytes = 0;
-  uint64_t unsplit_extra_bytes = 0;       // estimated beyond what is in use, unsplit
-  uint64_t extra_bytes = 0;               // estimated beyond what is in use, as planned
-  std::string source;         // where the figures came from (see plan/estimate.h)
-  NodePtr root;               // what is evaluated or differentiated (plan/timeline.h simulates it again)
+  uint64_t unsplit_extra_bytes = 0;  // estimated beyond what is in use, unsplit
+  uint64_t extra_bytes = 0;          // estimated beyond what is in use, as planned
+  std::string source;                // where the figures came from (see plan/estimate.h)
+  NodePtr root;                      // what is evaluated or differentiated (plan/timeline.h simulates it again)
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
   std::string describe() const;

@@ -21,7 +21,7 @@ struct Recorder : RunObserver {
   Timeline* timeline = nullptr;
   Phase current_phase = Phase::Forward;
   int64_t chunk = 0;
-  int depth = 0;  // observed ops open on this thread (only the outermost makes an event)
+  int depth = 0;              // observed ops open on this thread (only the outermost makes an event)
   uint64_t grads_before = 0;  // .grad held before the run (not counted by the scope)
 
   // The chunk strategy's marks (the simulation carries the recorder as its observer).
@@ -170,7 +170,8 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
     throw;
   } catch (const std::exception& e) {
     fail(KOILA_ERROR_UNSUPPORTED, std::string("the plan's figures are not simulated (simulating it on meta "
-                                              "tensors failed: ") + e.what() + "), so there is no timeline");
+                                              "tensors failed: ") +
+                                      e.what() + "), so there is no timeline");
   }
   return t;
 }

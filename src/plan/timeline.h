@@ -18,7 +18,7 @@
 namespace koila {
 
 struct TimelineEvent {
-  std::string op;                // "aten::conv2d", "ConvolutionBackward0"
+  std::string op;  // "aten::conv2d", "ConvolutionBackward0"
   Phase phase = Phase::Forward;
   int64_t chunk = 0;             // which chunk of the run (0-based; 0 when unsplit)
   uint64_t live = 0;             // bytes held after the op, usage before the run included
@@ -30,10 +30,10 @@ struct TimelineEvent {
 struct Timeline {
   RunMode mode = RunMode::Forward;
   bool unsplit = true;
-  int64_t chunk = -1;       // samples per chunk (-1: no lazy batch)
-  int64_t chunks = 1;       // chunks of the whole run (the simulation follows the first two)
-  uint64_t base = 0;        // in use before the run (the plan's current + others)
-  uint64_t estimate = 0;    // the plan's estimated peak of this run
+  int64_t chunk = -1;     // samples per chunk (-1: no lazy batch)
+  int64_t chunks = 1;     // chunks of the whole run (the simulation follows the first two)
+  uint64_t base = 0;      // in use before the run (the plan's current + others)
+  uint64_t estimate = 0;  // the plan's estimated peak of this run
   uint64_t budget = 0;
   std::vector<TimelineEvent> events;
 

@@ -35,7 +35,8 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode) {
     }
     if (node->kind != NodeKind::Op) continue;
     if (!node->couples.empty() && a->coupled.empty()) a->coupled = node->op + " " + node->couples;
-    if (!node->stats_couples.empty() && a->stats_coupled.empty()) a->stats_coupled = node->op + " " + node->stats_couples;
+    if (!node->stats_couples.empty() && a->stats_coupled.empty())
+      a->stats_coupled = node->op + " " + node->stats_couples;
     bool batched_input = false;
     for (const NodePtr& in : node->inputs) batched_input |= in && in->meta.batch_dim >= 0;
     if (node->reduction != BatchReduction::None && batched_input) {
@@ -64,7 +65,6 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode) {
   return a;
 }
 
-
 std::string coupling(const Analysis& a, koila_batch_stats policy) {
   if (!a.coupled.empty() || a.stats_coupled.empty() || policy == KOILA_BATCH_STATS_PER_CHUNK) return a.coupled;
   return a.stats_coupled +
@@ -74,6 +74,5 @@ std::string coupling(const Analysis& a, koila_batch_stats policy) {
 bool per_chunk_stats(const Analysis& a, koila_batch_stats policy, int64_t chunk) {
   return policy == KOILA_BATCH_STATS_PER_CHUNK && a.coupled.empty() && !a.stats_coupled.empty() && a.splits(chunk);
 }
-
 
 }  // namespace koila

@@ -8,17 +8,17 @@
 #include <string>
 #include <vector>
 
-#include "run/executor.h"
 #include "graph/graph.h"
 #include "koila.h"
+#include "run/executor.h"
 
 namespace koila {
 
 enum class RunMode { Forward, Training };
 
 struct Analysis {
-  int64_t batch = -1;                   // size of the lazy batch, -1: none
-  std::string coupled;                  // non-empty: why the batch cannot be split
+  int64_t batch = -1;   // size of the lazy batch, -1: none
+  std::string coupled;  // non-empty: why the batch cannot be split
   // Non-empty: the first op that couples the batch only through batch statistics (see
   // BatchResult::stats_couples), and how; whether that prevents splitting is up to the
   // policy in force (see coupling()).

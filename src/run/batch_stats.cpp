@@ -35,7 +35,7 @@ struct ChunkStats::State {
   std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // running statistics and their values before the pass
   std::exception_ptr error;
   bool expects_calls = false;  // the graph names running statistics a batch norm updates
-  Tensors updated;  // prepare(): the new values of `saved`, in their dtype
+  Tensors updated;             // prepare(): the new values of `saved`, in their dtype
   bool prepared = false;
   bool committed = false;
 
@@ -69,8 +69,10 @@ struct ChunkStats::State {
       return calls.back();
     }
     if (next >= calls.size() || calls[next].running_mean.unsafeGetTensorImpl() != rm.unsafeGetTensorImpl())
-      fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
-                                    "calls in the same order, but chunk " + std::to_string(chunk) + " differs");
+      fail(KOILA_ERROR_UNSUPPORTED,
+           "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
+           "calls in the same order, but chunk " +
+               std::to_string(chunk) + " differs");
     return calls[next++];
   }
 
@@ -117,8 +119,8 @@ at::Tensor stack_double(const Tensors& ts) {
 
 at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
-                               const c10::optional<at::Tensor>& running_var, bool training, double momentum,
-                               double eps, bool cudnn_enabled) {
+                               const c10::optional<at::Tensor>& running_var, bool training, double momentum, double eps,
+                               bool cudnn_enabled) {
   ChunkStats::State* s = observed_pass;
   if (!s || s->error || !training || !running_mean || !running_mean->defined() || !running_var ||
       !running_var->defined())
@@ -133,8 +135,8 @@ at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::
     return at::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
   }
   // What at::batch_norm runs, with the statistics it computes (outputs 1 and 2).
-  auto result =
-      at::_batch_norm_impl_index(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
+  auto result = at::_batch_norm_impl_index(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                                           cudnn_enabled);
   try {
     ChunkStats::State::record_chunk(*call, input, std::get<1>(result), std::get<2>(result));
   } catch (...) {
@@ -192,14 +194,16 @@ void ChunkStats::end_chunk() {
   if (!s.on) return;
   if (s.error) std::rethrow_exception(s.error);
   if (s.per_chunk && s.chunk > 1 && s.next != s.calls.size())
-    fail(KOILA_ERROR_UNSUPPORTED, "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
-                                  "calls, but chunk " + std::to_string(s.chunk) + " made " + std::to_string(s.next) +
-                                  " of " + std::to_string(s.calls.size()));
+    fail(KOILA_ERROR_UNSUPPORTED,
+         "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
+         "calls, but chunk " +
+             std::to_string(s.chunk) + " made " + std::to_string(s.next) + " of " + std::to_string(s.calls.size()));
   // Every batch norm of a module reaches observed_batch_norm only through the graphs that
   // route_batch_norms rewrote: statistics that no call showed would be combined wrongly.
   if (s.per_chunk && s.chunk == 1 && s.expects_calls && s.calls.empty())
-    fail(KOILA_ERROR_INTERNAL, "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
-                               "observed (a module whose batch norm calls were not routed through koila)");
+    fail(KOILA_ERROR_INTERNAL,
+         "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
+         "observed (a module whose batch norm calls were not routed through koila)");
   if (s.chunk == 1) {
     c10::NoGradGuard no_grad;
     for (const at::Tensor& t : s.counters) s.counters_after_first.push_back(t.clone());
@@ -232,8 +236,7 @@ void ChunkStats::prepare() {
     const at::Tensor w = at::tensor(c.counts, at::TensorOptions().dtype(at::kDouble)).to(opts.device()).unsqueeze(1);
     const at::Tensor means = stack_double(c.means);
     const at::Tensor invstds = stack_double(c.invstds);
-    const at::Tensor vars =
-        at::where(invstds > 0, invstds.pow(-2).sub_(c.eps).clamp_min_(0), at::zeros({}, opts));
+    const at::Tensor vars = at::where(invstds > 0, invstds.pow(-2).sub_(c.eps).clamp_min_(0), at::zeros({}, opts));
     double total = 0;
     for (double n : c.counts) total += n;
     const at::Tensor mean = (means * w).sum(0).div_(total);

@@ -33,10 +33,10 @@ namespace koila {
 class ChunkStats {
  public:
   enum class Handling {
-    Off,        // nothing observed or restored (simulations, probes, graphs without batch norm in training)
-    Restore,    // the kernels update the running statistics (those the nodes' stats_buffers
-                // name, saved up front); a pass that fails restores them
-    PerChunk,   // each chunk's statistics observed and combined; one update at commit()
+    Off,       // nothing observed or restored (simulations, probes, graphs without batch norm in training)
+    Restore,   // the kernels update the running statistics (those the nodes' stats_buffers
+               // name, saved up front); a pass that fails restores them
+    PerChunk,  // each chunk's statistics observed and combined; one update at commit()
   };
   // Observes this thread's batch norms in training while it lives, as `handling` says. `nodes`
   // are the graph's nodes: their stats_counters are restored between chunks and on failure.
@@ -69,7 +69,7 @@ class ChunkStats {
 // per chunk (Handling::PerChunk), if any, records first.
 at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
-                               const c10::optional<at::Tensor>& running_var, bool training, double momentum,
-                               double eps, bool cudnn_enabled);
+                               const c10::optional<at::Tensor>& running_var, bool training, double momentum, double eps,
+                               bool cudnn_enabled);
 
 }  // namespace koila

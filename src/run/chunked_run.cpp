@@ -1,13 +1,13 @@
 #include "run/chunked_run.h"
 
-#include <algorithm>
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "run/batch_stats.h"
 #include "base/error.h"
+#include "run/batch_stats.h"
 #include "run/executor.h"
 #include "run/zeroed_grads.h"
 
@@ -84,8 +84,7 @@ struct ChunkCounts {
 
 // The boundaries' values over the whole batch, from chunks combined by their reduction.
 // The chunks' batch statistics go to `stats` (see ChunkRun::per_chunk_stats).
-Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<double>* totals_out,
-                           ChunkStats& stats) {
+Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<double>* totals_out, ChunkStats& stats) {
   const size_t n = a.boundaries.size();
   Tensors combined(n);
   std::vector<double> totals(n, 0);
@@ -128,8 +127,9 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 }
 
 [[noreturn]] void no_leaves() {
-  fail(KOILA_ERROR_INVALID_ARGUMENT, "the loss does not depend on any tensor that requires grad "
-                                     "(see koila_tensor_set_requires_grad)");
+  fail(KOILA_ERROR_INVALID_ARGUMENT,
+       "the loss does not depend on any tensor that requires grad "
+       "(see koila_tensor_set_requires_grad)");
 }
 
 // Where a chunked backward's gradients go, and how it is undone. Gradients are added into
@@ -152,8 +152,12 @@ class GradientTarget {
         at::Tensor& grad = grad_of(e);
         switch (e.start) {
           case GradStart::Absent: grad = at::Tensor(); break;
-          case GradStart::Zero: if (grad.defined()) note_zeroed(grad.zero_()); break;
-          case GradStart::Held: if (e.saved.defined()) grad.copy_(e.saved); break;
+          case GradStart::Zero:
+            if (grad.defined()) note_zeroed(grad.zero_());
+            break;
+          case GradStart::Held:
+            if (e.saved.defined()) grad.copy_(e.saved);
+            break;
         }
       }
     } catch (...) {

@@ -18,9 +18,9 @@ namespace koila {
 // over several shards of one batch (a process group, group.h).
 struct LossReduction {
   enum class Kind {
-    Mean,   // a MEAN over the batch: `count` is what it averaged over (ignored targets excluded)
-    Sum,    // SUM reductions only
-    Other   // no reduction over a lazy batch (a concrete loss, no batch), or max/min
+    Mean,  // a MEAN over the batch: `count` is what it averaged over (ignored targets excluded)
+    Sum,   // SUM reductions only
+    Other  // no reduction over a lazy batch (a concrete loss, no batch), or max/min
   };
   Kind kind = Kind::Other;
   double count = 0;

@@ -40,7 +40,6 @@ std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
   return order;
 }
 
-
 std::vector<int64_t> expected_shape(const Meta& meta, const EvalOptions& options) {
   std::vector<int64_t> shape = meta.shape;
   if (options.chunk_length >= 0 && meta.batch_dim >= 0) shape[meta.batch_dim] = options.chunk_length;

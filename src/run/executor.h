@@ -18,8 +18,8 @@ struct EvalStats {
 };
 
 struct EvalOptions {
-  bool grad = false;           // record autograd (for backward)
-  int64_t chunk_start = 0;     // with chunk_length >= 0: evaluate only these samples of the batch
+  bool grad = false;        // record autograd (for backward)
+  int64_t chunk_start = 0;  // with chunk_length >= 0: evaluate only these samples of the batch
   int64_t chunk_length = -1;
   EvalStats* stats = nullptr;  // filled in when given
   // Values to use for these nodes instead of computing them (their inputs are not visited).
@@ -33,14 +33,15 @@ struct EvalOptions {
 
 // How to evaluate a set of roots, worked out once (a graph run in chunks, or every step,
 // evaluates the same roots again): the nodes the roots depend on in topological order (each
-// after its inputs, the roots themselves included), where each op's inputs sit in it, and how many users each value has (a root counts one more, it is kept).
+// after its inputs, the roots themselves included), where each op's inputs sit in it, and how many users each value has
+// (a root counts one more, it is kept).
 struct Schedule {
   std::vector<const Node*> order;
   std::vector<size_t> input_start;  // order.size() + 1 offsets into `inputs`
   std::vector<int64_t> inputs;      // positions in `order`; -1: an absent optional input
   std::vector<uint32_t> uses;
-  std::vector<size_t> roots;        // positions in `order`
-  bool with_given = false;          // made for EvalOptions::given (those nodes' inputs left out)
+  std::vector<size_t> roots;  // positions in `order`
+  bool with_given = false;    // made for EvalOptions::given (those nodes' inputs left out)
 };
 // Nodes in `given` count as leaves (see EvalOptions::given); the schedule serves only
 // evaluations with those given values.

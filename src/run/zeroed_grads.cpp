@@ -19,8 +19,7 @@ size_t prune_at = 1024;
 
 // Under the mutex: drops the entries of tensors that are gone.
 void prune() {
-  for (auto it = zeroed.begin(); it != zeroed.end();)
-    it = it->second.impl.expired() ? zeroed.erase(it) : std::next(it);
+  for (auto it = zeroed.begin(); it != zeroed.end();) it = it->second.impl.expired() ? zeroed.erase(it) : std::next(it);
   prune_at = std::max<size_t>(1024, 2 * zeroed.size());
 }
 

@@ -32,7 +32,9 @@ namespace koila_corpus {
 template <auto Free>
 struct Deleter {
   template <class T>
-  void operator()(T* p) const { Free(p); }
+  void operator()(T* p) const {
+    Free(p);
+  }
 };
 using Tensor = std::unique_ptr<koila_tensor, Deleter<koila_tensor_free>>;
 using Module = std::unique_ptr<koila_module, Deleter<koila_module_free>>;
@@ -98,9 +100,9 @@ inline double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 struct Entry {
   std::string name;
   std::vector<int64_t> input_shape;
-  std::string dtype;     // "float32" or "int64"
+  std::string dtype;  // "float32" or "int64"
   bool batchnorm = false;
-  std::string exported;  // "script" or "trace"
+  std::string exported;            // "script" or "trace"
   std::vector<std::string> modes;  // module modes with references: "train", "eval"
   int64_t params = 0;
 };
@@ -186,9 +188,9 @@ inline Tensor from_aten(const at::Tensor& t) {
   if (c.scalar_type() != at::kLong && c.scalar_type() != at::kFloat)
     throw std::runtime_error("corpus tensors are float32 or int64");
   koila_tensor* out = nullptr;
-  check(koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(),
-                               c.dim(), "cpu"),
-        "koila_tensor_from_data");
+  check(
+      koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(), c.dim(), "cpu"),
+      "koila_tensor_from_data");
   return Tensor(out);
 }
 
@@ -240,7 +242,9 @@ struct Graph {
   }
 
   // What a run in `mode` evaluates: the logits (forward) or the loss (training).
-  const koila_tensor* target_of(koila_mode mode) const { return mode == KOILA_MODE_TRAINING ? loss.get() : logits.get(); }
+  const koila_tensor* target_of(koila_mode mode) const {
+    return mode == KOILA_MODE_TRAINING ? loss.get() : logits.get();
+  }
 
   // The parameters' gradients (zeros where a parameter has none).
   std::vector<at::Tensor> grads() const {
@@ -275,18 +279,18 @@ struct Graph {
 constexpr uint64_t kUnlimited = uint64_t{1} << 50;
 
 struct RunResult {
-  Outcome planned;           // koila_plan_new's outcome
-  Outcome ran;               // the run's outcome (not attempted when planning failed)
-  std::string description;   // the plan's (or the failed plan's message)
-  uint64_t budget = 0;       // the budget in force (absolute bytes)
-  uint64_t before = 0;       // bytes in use before the run
-  uint64_t estimate = 0;     // the plan's extra: peak_bytes - before
-  uint64_t full_estimate = 0;// the plan's unsplit extra
-  uint64_t measured = 0;     // measured peak - before
-  uint64_t peak = 0;         // measured peak (absolute)
+  Outcome planned;             // koila_plan_new's outcome
+  Outcome ran;                 // the run's outcome (not attempted when planning failed)
+  std::string description;     // the plan's (or the failed plan's message)
+  uint64_t budget = 0;         // the budget in force (absolute bytes)
+  uint64_t before = 0;         // bytes in use before the run
+  uint64_t estimate = 0;       // the plan's extra: peak_bytes - before
+  uint64_t full_estimate = 0;  // the plan's unsplit extra
+  uint64_t measured = 0;       // measured peak - before
+  uint64_t peak = 0;           // measured peak (absolute)
   int64_t chunk = -1, chunks = -1;
   double plan_seconds = 0, run_seconds = 0;
-  at::Tensor logits;         // forward: the logits read
+  at::Tensor logits;  // forward: the logits read
 
   // (estimate - measured) / measured, of the extras.
   double error() const { return measured ? (double(estimate) - double(measured)) / double(measured) : 0.0; }

@@ -47,7 +47,7 @@ namespace {
 constexpr double kLogitsTolerance = 1e-4;
 constexpr double kGradTolerance = 1e-3;
 constexpr double kGradFloor = 1e-5;  // of the model's largest gradient magnitude
-constexpr double kMargin = 0.10;  // the planner's margin: measured <= estimate * (1 + margin)
+constexpr double kMargin = 0.10;     // the planner's margin: measured <= estimate * (1 + margin)
 constexpr int64_t kMinChunks = 3;
 
 std::string corpus_dir() {
@@ -92,12 +92,13 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 void print_run(const Case& c, const char* what, const RunResult& r) {
-  std::printf("[corpus] %s %s: estimate %.2f MiB, measured %.2f MiB, error %+.1f%%, %lld chunk(s) of %lld, "
-              "budget %s, source %s\n[corpus]   plan: %s\n",
-              c.label().c_str(), what, mib(r.estimate), mib(r.measured), 100 * r.error(),
-              static_cast<long long>(r.chunks), static_cast<long long>(r.chunk),
-              r.budget >= kUnlimited ? "unlimited" : (std::to_string(mib(r.budget)) + " MiB").c_str(),
-              source_of(r.description).c_str(), r.description.c_str());
+  std::printf(
+      "[corpus] %s %s: estimate %.2f MiB, measured %.2f MiB, error %+.1f%%, %lld chunk(s) of %lld, "
+      "budget %s, source %s\n[corpus]   plan: %s\n",
+      c.label().c_str(), what, mib(r.estimate), mib(r.measured), 100 * r.error(), static_cast<long long>(r.chunks),
+      static_cast<long long>(r.chunk),
+      r.budget >= kUnlimited ? "unlimited" : (std::to_string(mib(r.budget)) + " MiB").c_str(),
+      source_of(r.description).c_str(), r.description.c_str());
   const std::string failure = simulation_failure(r.description);
   if (!failure.empty()) std::printf("[corpus]   not simulated on meta tensors: %s\n", failure.c_str());
 }
@@ -106,7 +107,8 @@ void print_run(const Case& c, const char* what, const RunResult& r) {
 void expect_within_margin(const RunResult& r) {
   EXPECT_LE(double(r.measured), double(r.estimate) * (1 + kMargin))
       << "under-estimate beyond the margin: measured " << r.measured << " B, estimated " << r.estimate << " B ("
-      << 100 * r.error() << "%)\n" << r.description;
+      << 100 * r.error() << "%)\n"
+      << r.description;
 }
 
 // The run's results against PyTorch's: the logits (forward) or every parameter's gradient
@@ -213,8 +215,9 @@ constexpr double kStatsTolerance = 1e-4;  // of the buffer's largest magnitude
 
 // The buffers of the module behind `m` now, by name (saved through the C API and read back).
 std::map<std::string, at::Tensor> module_buffers(const koila_module* m, const std::string& tag) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("koila_corpus_" + tag + "_" + std::to_string(::getpid()) + ".pt")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("koila_corpus_" + tag + "_" + std::to_string(::getpid()) + ".pt"))
+          .string();
   check(koila_module_save(m, path.c_str()), "koila_module_save");
   torch::jit::Module saved = torch::jit::load(path);
   std::filesystem::remove(path);
@@ -281,8 +284,8 @@ void expect_as_accurate_as_pytorch(const Case& c, const Graph& g, const Referenc
     double largest = 0;
     for (const auto& grad : ref.grads) largest = std::max(largest, grad.second.abs().max().item<double>());
     for (size_t i = 0; i < grads.size(); ++i) {
-      const double ratio = check_one(ref.grads[i].first, grads[i], ref.grads[i].second, kGradTolerance,
-                                     kGradFloor * largest);
+      const double ratio =
+          check_one(ref.grads[i].first, grads[i], ref.grads[i].second, kGradTolerance, kGradFloor * largest);
       if (ratio >= worst) worst = ratio, worst_name = ref.grads[i].first;
     }
   }
@@ -349,12 +352,12 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
     }
     const Difference d = difference(got, want, floor);
     const Difference moved = difference(before.at(name), want, 0.0);
-    EXPECT_TRUE(d.within(kStatsTolerance)) << name << " differs from PyTorch's by " << d.diff << " (largest "
-                                           << d.scale << "; before the run it differed by " << moved.diff << ")";
+    EXPECT_TRUE(d.within(kStatsTolerance)) << name << " differs from PyTorch's by " << d.diff << " (largest " << d.scale
+                                           << "; before the run it differed by " << moved.diff << ")";
     worst = std::max(worst, d.relative());
   }
-  std::printf("[corpus] %s per-chunk statistics: %zu buffers, largest difference %.2e (relative)\n",
-              c.label().c_str(), stats.size(), worst);
+  std::printf("[corpus] %s per-chunk statistics: %zu buffers, largest difference %.2e (relative)\n", c.label().c_str(),
+              stats.size(), worst);
 }
 
 // Training under a quarter of what the unsplit run needs.
@@ -370,8 +373,8 @@ TEST_P(PerChunk, TrainsUnderAQuarterOfTheUnsplitNeed) {
   const uint64_t budget = cpu_in_use() + full.full_estimate / 4;
   const RunResult r = run(g, c.mode, budget);
   std::printf("[corpus] %s under a quarter of the unsplit need (%.2f of %.2f MiB): %s\n", c.label().c_str(),
-              mib(full.full_estimate / 4), mib(full.full_estimate), r.ran.ok() ? r.description.c_str()
-                                                                               : r.ran.message.c_str());
+              mib(full.full_estimate / 4), mib(full.full_estimate),
+              r.ran.ok() ? r.description.c_str() : r.ran.message.c_str());
   ASSERT_TRUE(r.planned.ok()) << r.planned.message;
   ASSERT_TRUE(r.ran.ok()) << r.ran.message;
   EXPECT_GT(r.chunks, 1);
@@ -421,8 +424,8 @@ TEST(Summary, MedianEstimateError) {
     errors.push_back(std::abs(r.error()));
   }
   std::sort(errors.begin(), errors.end());
-  const double median = errors.size() % 2 ? errors[errors.size() / 2]
-                                          : (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]) / 2;
+  const double median =
+      errors.size() % 2 ? errors[errors.size() / 2] : (errors[errors.size() / 2 - 1] + errors[errors.size() / 2]) / 2;
   std::printf("[corpus] median |error| %.1f%% over %zu runs\n", 100 * median, errors.size());
   EXPECT_LE(median, 0.03) << "median |error| of the estimates over the corpus";
 }

@@ -59,7 +59,9 @@ class Source {
     return pos_ < size_ ? data_[pos_++] : 0;
   }
   int below(int n) { return n <= 1 ? 0 : static_cast<int>(small() % static_cast<uint32_t>(n)); }
-  int64_t range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(u64() % static_cast<uint64_t>(hi - lo + 1)); }
+  int64_t range(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(u64() % static_cast<uint64_t>(hi - lo + 1));
+  }
   bool chance(int percent) { return below(100) < percent; }
   double real(double lo, double hi) { return lo + (hi - lo) * (static_cast<double>(u64() >> 11) / 9007199254740992.0); }
 
@@ -211,8 +213,8 @@ void keep(State& st, koila_tensor* t, int depth) {
 }
 
 const char* device(State& st) {
-  static const char* const devices[] = {"cpu", "cpu", "cpu", "cpu", "cpu", "cpu", "cuda", "cuda:1", "gpu", "cpu:0", "",
-                                        "cuda:x", "cuda:99999999999"};
+  static const char* const devices[] = {
+      "cpu", "cpu", "cpu", "cpu", "cpu", "cpu", "cuda", "cuda:1", "gpu", "cpu:0", "", "cuda:x", "cuda:99999999999"};
   if (st.in.chance(2)) return nullptr;
   return devices[st.in.below(sizeof devices / sizeof *devices)];
 }
@@ -253,9 +255,12 @@ Ints ints(State& st, size_t max_n, int64_t lo, int64_t hi) {
 
 size_t element_size(koila_dtype d) {
   switch (d) {
-    case KOILA_FLOAT64: case KOILA_INT64: return 8;
-    case KOILA_FLOAT32: case KOILA_INT32: return 4;
-    case KOILA_FLOAT16: case KOILA_BFLOAT16: return 2;
+    case KOILA_FLOAT64:
+    case KOILA_INT64: return 8;
+    case KOILA_FLOAT32:
+    case KOILA_INT32: return 4;
+    case KOILA_FLOAT16:
+    case KOILA_BFLOAT16: return 2;
     default: return 1;
   }
 }
@@ -277,7 +282,8 @@ void op_result(State& st, const char* fn, int depth, const std::function<koila_s
 }
 
 void unary(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koila_tensor**, const koila_tensor*)) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* x = pick(st, &d);
                      note(std::string(name));
@@ -288,7 +294,8 @@ void unary(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koil
 
 void binary(std::vector<Entry>& table, const char* name,
             koila_status* (*fn)(koila_tensor**, const koila_tensor*, const koila_tensor*)) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* a = pick(st, &d);
                      koila_tensor* b = pick(st, &d);
@@ -298,8 +305,10 @@ void binary(std::vector<Entry>& table, const char* name,
                    2});
 }
 
-void scalar(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koila_tensor**, const koila_tensor*, double)) {
-  table.push_back({name, [name, fn](State& st) {
+void scalar(std::vector<Entry>& table, const char* name,
+            koila_status* (*fn)(koila_tensor**, const koila_tensor*, double)) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* a = pick(st, &d);
                      const double s = st.in.chance(5) ? NAN : st.in.real(-3, 3);
@@ -311,7 +320,8 @@ void scalar(std::vector<Entry>& table, const char* name, koila_status* (*fn)(koi
 
 using DimFn = koila_status* (*)(koila_tensor**, const koila_tensor*, int64_t);
 void with_dim(std::vector<Entry>& table, const char* name, DimFn fn) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* x = pick(st, &d);
                      const int64_t a = dim(st);
@@ -323,7 +333,8 @@ void with_dim(std::vector<Entry>& table, const char* name, DimFn fn) {
 
 using TwoDimFn = koila_status* (*)(koila_tensor**, const koila_tensor*, int64_t, int64_t);
 void with_two_dims(std::vector<Entry>& table, const char* name, TwoDimFn fn) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* x = pick(st, &d);
                      const int64_t a = dim(st), b = dim(st);
@@ -335,7 +346,8 @@ void with_two_dims(std::vector<Entry>& table, const char* name, TwoDimFn fn) {
 
 using ReduceFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const int64_t*, size_t, int);
 void reduction(std::vector<Entry>& table, const char* name, ReduceFn fn) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* x = pick(st, &d);
                      const Ints dims = ints(st, 3, -4, 4);
@@ -348,7 +360,8 @@ void reduction(std::vector<Entry>& table, const char* name, ReduceFn fn) {
 
 using LossFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const koila_tensor*, int);
 void loss(std::vector<Entry>& table, const char* name, LossFn fn) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      int d = 0;
                      koila_tensor* a = pick(st, &d);
                      koila_tensor* b = pick(st, &d);
@@ -390,12 +403,14 @@ void make_data(State& st, const char* name) {
 
 using FactoryFn = koila_status* (*)(koila_tensor**, const int64_t*, size_t, int, const char*);
 void factory(std::vector<Entry>& table, const char* name, FactoryFn fn) {
-  table.push_back({name, [name, fn](State& st) {
+  table.push_back({name,
+                   [name, fn](State& st) {
                      const std::vector<int64_t> shape = random_shape(st);
                      const int dtype = enum_value(st, 9);
                      const char* dev = device(st);
                      note(std::string(name) + " rank " + std::to_string(shape.size()));
-                     op_result(st, name, 0, [&](koila_tensor** o) { return fn(o, shape.data(), shape.size(), dtype, dev); });
+                     op_result(st, name, 0,
+                               [&](koila_tensor** o) { return fn(o, shape.data(), shape.size(), dtype, dev); });
                    },
                    3});
 }
@@ -430,7 +445,7 @@ void budget(State& st) {
   koila_status_free(koila_memory_stats("cpu", &current, nullptr));
   uint64_t bytes;
   switch (st.in.below(5)) {
-    case 0: bytes = 0; break;                                                    // automatic
+    case 0: bytes = 0; break;                                                      // automatic
     case 1: bytes = current + static_cast<uint64_t>(st.in.range(0, 4096)); break;  // splits or refuses
     case 2: bytes = current + static_cast<uint64_t>(st.in.range(0, 1 << 20)); break;
     case 3: bytes = st.in.chance(50) ? UINT64_MAX : 1; break;
@@ -494,7 +509,8 @@ koila_timeline* pick_timeline(State& st) {
 void read_timeline(State& st, const koila_timeline* t) {
   size_t n = 0, peak = 0;
   const bool has_length = check(koila_timeline_length(t, st.in.chance(5) ? nullptr : &n), "koila_timeline_length");
-  const bool has_peak = check(koila_timeline_peak_index(t, st.in.chance(5) ? nullptr : &peak), "koila_timeline_peak_index");
+  const bool has_peak =
+      check(koila_timeline_peak_index(t, st.in.chance(5) ? nullptr : &peak), "koila_timeline_peak_index");
   if (!has_length) return;
   uint64_t top = 0, peak_bytes = 0;
   const size_t end = n + (st.in.chance(10) ? 1 : 0);
@@ -508,7 +524,8 @@ void read_timeline(State& st, const koila_timeline* t) {
     const bool phase_ok = check(koila_timeline_phase(t, i, &phase), "koila_timeline_phase");
     const bool chunk_ok = check(koila_timeline_chunk(t, i, null_chunk ? nullptr : &chunk), "koila_timeline_chunk");
     if (live_ok != in_range || most_ok != in_range || phase_ok != in_range || chunk_ok != (in_range && !null_chunk))
-      die("timeline event " + std::to_string(i) + " of " + std::to_string(n) + ": read past the end, or refused within it");
+      die("timeline event " + std::to_string(i) + " of " + std::to_string(n) +
+          ": read past the end, or refused within it");
     if (i < n && live > most) die("a timeline event holds more after it than during it");
     top = std::max(top, i < n ? most : 0);
     if (i == peak) peak_bytes = most;
@@ -553,14 +570,17 @@ void training_scenario(State& st) {
   koila_tensor *x = nullptr, *w = nullptr, *y = nullptr, *lx = nullptr, *ly = nullptr, *h = nullptr, *t = nullptr,
                *l = nullptr;
   koila_optimizer* opt = nullptr;
-  bool ok = check(koila_tensor_from_data(&x, xs.data(), xs.size() * 4, KOILA_FLOAT32, xshape, 2, "cpu"), "koila_tensor_from_data") &&
-            check(koila_tensor_from_data(&w, ws.data(), ws.size() * 4, KOILA_FLOAT32, wshape, 2, "cpu"), "koila_tensor_from_data") &&
-            check(koila_tensor_from_data(&y, ys.data(), ys.size() * 4, KOILA_FLOAT32, yshape, 2, "cpu"), "koila_tensor_from_data") &&
-            check(koila_tensor_set_requires_grad(w, 1), "koila_tensor_set_requires_grad") &&
-            check(koila_lazy(&lx, x, 0), "koila_lazy") && check(koila_lazy(&ly, y, 0), "koila_lazy") &&
-            check(koila_linear(&h, lx, w, nullptr), "koila_linear") && check(koila_tanh(&t, h), "koila_tanh") &&
-            check(koila_mse_loss(&l, t, ly, st.in.chance(50) ? KOILA_REDUCTION_MEAN : KOILA_REDUCTION_SUM),
-                  "koila_mse_loss");
+  bool ok =
+      check(koila_tensor_from_data(&x, xs.data(), xs.size() * 4, KOILA_FLOAT32, xshape, 2, "cpu"),
+            "koila_tensor_from_data") &&
+      check(koila_tensor_from_data(&w, ws.data(), ws.size() * 4, KOILA_FLOAT32, wshape, 2, "cpu"),
+            "koila_tensor_from_data") &&
+      check(koila_tensor_from_data(&y, ys.data(), ys.size() * 4, KOILA_FLOAT32, yshape, 2, "cpu"),
+            "koila_tensor_from_data") &&
+      check(koila_tensor_set_requires_grad(w, 1), "koila_tensor_set_requires_grad") &&
+      check(koila_lazy(&lx, x, 0), "koila_lazy") && check(koila_lazy(&ly, y, 0), "koila_lazy") &&
+      check(koila_linear(&h, lx, w, nullptr), "koila_linear") && check(koila_tanh(&t, h), "koila_tanh") &&
+      check(koila_mse_loss(&l, t, ly, st.in.chance(50) ? KOILA_REDUCTION_MEAN : KOILA_REDUCTION_SUM), "koila_mse_loss");
   if (!ok) die("the training scenario failed to build");
   // The budget in force may refuse (OUT_OF_MEMORY) but must never leave a half gradient.
   if (check(koila_backward(l), "koila_backward") &&
@@ -571,8 +591,10 @@ void training_scenario(State& st) {
   // Hand some of it to the pools: later random calls reuse the graph and the parameter.
   koila_tensor* handles[] = {x, w, y, lx, ly, h, t, l};
   for (koila_tensor* handle : handles) {
-    if (st.in.chance(25)) keep(st, handle, 3);
-    else koila_tensor_free(handle);
+    if (st.in.chance(25))
+      keep(st, handle, 3);
+    else
+      koila_tensor_free(handle);
   }
 }
 
@@ -652,7 +674,8 @@ std::vector<Entry> make_table() {
   add("koila_tensor_to_string", 2, [](State& st) {
     koila_tensor* t = pick(st);
     note("koila_tensor_to_string");
-    text_out(st, "koila_tensor_to_string", [&](char* b, size_t c, size_t* n) { return koila_tensor_to_string(t, b, c, n); });
+    text_out(st, "koila_tensor_to_string",
+             [&](char* b, size_t c, size_t* n) { return koila_tensor_to_string(t, b, c, n); });
   });
   add("koila_eval", 2, [](State& st) {
     koila_tensor* t = pick(st);
@@ -698,7 +721,8 @@ std::vector<Entry> make_table() {
     uint64_t c, p;
     const char* dev = device(st);
     note("koila_memory_stats");
-    check(koila_memory_stats(dev, st.in.chance(30) ? nullptr : &c, st.in.chance(30) ? nullptr : &p), "koila_memory_stats");
+    check(koila_memory_stats(dev, st.in.chance(30) ? nullptr : &c, st.in.chance(30) ? nullptr : &p),
+          "koila_memory_stats");
   });
   add("koila_memory_reset_peak", 1, [](State& st) {
     const char* dev = device(st);
@@ -722,7 +746,8 @@ std::vector<Entry> make_table() {
     koila_plan* p = pick_plan(st);
     note("koila_plan getters");
     const int64_t batch = koila_plan_batch_size(p), chunk = koila_plan_chunk_size(p), chunks = koila_plan_num_chunks(p);
-    const uint64_t peak = koila_plan_peak_bytes(p), full = koila_plan_full_peak_bytes(p), budget = koila_plan_budget_bytes(p);
+    const uint64_t peak = koila_plan_peak_bytes(p), full = koila_plan_full_peak_bytes(p),
+                   budget = koila_plan_budget_bytes(p);
     // A batch of 0 samples runs as one chunk of 0 (the whole batch fits).
     const bool chunk_fits = batch == 0 ? chunk == 0 : chunk >= 1 && chunk <= batch;
     if (p && batch >= 0 && (!chunk_fits || chunks < 1))
@@ -764,7 +789,8 @@ std::vector<Entry> make_table() {
       check(s, fn);
       const koila_code expected = policy >= 0 && policy < count ? KOILA_OK : KOILA_ERROR_INVALID_ARGUMENT;
       if (code != expected)
-        die(std::string(fn) + "(" + std::to_string(policy) + ") returned code " + std::to_string(static_cast<int>(code)));
+        die(std::string(fn) + "(" + std::to_string(policy) + ") returned code " +
+            std::to_string(static_cast<int>(code)));
     };
   };
   add("koila_set_batch_stats", 1, chunking_option("koila_set_batch_stats", fuzz_set_batch_stats, 2));
@@ -918,7 +944,8 @@ std::vector<Entry> make_table() {
     koila_tensor* x = pick(st, &d);
     const Ints size = ints(st, 2, -1, 4);
     note("koila_adaptive_avg_pool2d");
-    op_result(st, "koila_adaptive_avg_pool2d", d, [&](koila_tensor** o) { return koila_adaptive_avg_pool2d(o, x, size.ptr()); });
+    op_result(st, "koila_adaptive_avg_pool2d", d,
+              [&](koila_tensor** o) { return koila_adaptive_avg_pool2d(o, x, size.ptr()); });
   });
   add("koila_batch_norm", 2, [](State& st) {
     int d = 0;
@@ -1056,7 +1083,8 @@ std::vector<Entry> make_table() {
     for (koila_tensor*& t : inputs) t = pick(st, &d);
     koila_tensor* const* ptr = st.in.chance(3) ? nullptr : inputs.data();
     note("koila_module_forward n " + std::to_string(inputs.size()));
-    op_result(st, "koila_module_forward", d, [&](koila_tensor** o) { return koila_module_forward(o, m, ptr, inputs.size()); });
+    op_result(st, "koila_module_forward", d,
+              [&](koila_tensor** o) { return koila_module_forward(o, m, ptr, inputs.size()); });
   });
   add("koila_module_train", 1, [](State& st) {
     koila_module* m = pick_module(st);
@@ -1218,7 +1246,8 @@ std::vector<std::string> make_corpus(const std::string& dir, const std::string& 
     const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
     for (size_t cut : {bytes.size() / 2, bytes.size() - 1, size_t{100}}) {
       const std::string truncated = scratch + "/truncated-" + std::to_string(cut) + "-" + name;
-      std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(std::min(cut, bytes.size())));
+      std::ofstream(truncated, std::ios::binary)
+          .write(bytes.data(), static_cast<std::streamsize>(std::min(cut, bytes.size())));
       files.push_back(truncated);
     }
   }
@@ -1296,12 +1325,18 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--calls") calls = std::stol(value());
-    else if (a == "--models") models = value();
-    else if (a == "--header") header = value();
-    else if (a == "--replay") replay = value();
-    else if (a == "--trace") g_trace = true;
+    if (a == "--seed")
+      seed = std::stoull(value());
+    else if (a == "--calls")
+      calls = std::stol(value());
+    else if (a == "--models")
+      models = value();
+    else if (a == "--header")
+      header = value();
+    else if (a == "--replay")
+      replay = value();
+    else if (a == "--trace")
+      g_trace = true;
     else {
       std::fprintf(stderr,
                    "usage: koila_api_fuzz [--seed S] [--calls N] [--models DIR] [--header koila.h] "
@@ -1332,8 +1367,8 @@ int main(int argc, char** argv) {
       (code == 0 ? ok : refused) += n;
       by_code[code] += n;
     }
-  std::printf("api_fuzz: %s, %ld steps, %ld checked calls: %ld ok, %ld refused (", g_context.c_str(), g_call, ok + refused,
-              ok, refused);
+  std::printf("api_fuzz: %s, %ld steps, %ld checked calls: %ld ok, %ld refused (", g_context.c_str(), g_call,
+              ok + refused, ok, refused);
   for (const auto& [code, n] : by_code)
     if (code) std::printf(" code %d: %ld", code, n);
   // Actions of weight 0 (koila_status_message and _free, the plan getters) run inside others.

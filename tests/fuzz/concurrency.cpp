@@ -63,8 +63,8 @@ void ok(koila_status* s, const std::string& what) {
     ++counts.ok;
     return;
   }
-  const std::string message = what + " failed with KOILA_ERROR_" + code_name(koila_status_code(s)) + ": " +
-                              koila_status_message(s);
+  const std::string message =
+      what + " failed with KOILA_ERROR_" + code_name(koila_status_code(s)) + ": " + koila_status_message(s);
   koila_status_free(s);
   throw Failure(message);
 }
@@ -99,11 +99,11 @@ struct PlanFree {
   void operator()(koila_plan* p) const { koila_plan_free(p); }
 };
 
-#define K(fn, ...)                         \
-  [&] {                                    \
-    koila_tensor* out_ = nullptr;          \
-    ok(fn(&out_, __VA_ARGS__), #fn);       \
-    return T(out_);                        \
+#define K(fn, ...)                   \
+  [&] {                              \
+    koila_tensor* out_ = nullptr;    \
+    ok(fn(&out_, __VA_ARGS__), #fn); \
+    return T(out_);                  \
   }()
 
 // splitmix64: each thread's own deterministic data.
@@ -112,7 +112,9 @@ struct Rng {
   explicit Rng(uint64_t seed) : state(seed) {}
   uint64_t next() { return splitmix64(state); }
   double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  int64_t range(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  int64_t range(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
 };
 
 T tensor64(const std::vector<double>& v, const std::vector<int64_t>& shape) {
@@ -381,7 +383,7 @@ void budget_changer(const std::atomic<bool>& done) {
       const int64_t kind = rng.range(0, 3);
       if (kind == 0) {
         budget = 0;  // automatic
-      } else {  // room for 16 KiB .. 2 MiB more, log-uniform
+      } else {       // room for 16 KiB .. 2 MiB more, log-uniform
         budget = current + static_cast<uint64_t>(std::exp(rng.uniform(std::log(16384.0), std::log(2.0 * (1 << 20)))));
       }
       ok(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");

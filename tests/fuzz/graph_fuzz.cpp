@@ -62,14 +62,16 @@ struct Rng {
   uint64_t state;
   explicit Rng(uint64_t seed) : state(seed) {}
   uint64_t next() { return splitmix64(state); }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }      // [0, 1)
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-  int64_t range(int64_t lo, int64_t hi) {                                           // [lo, hi]
+  int64_t range(int64_t lo, int64_t hi) {  // [lo, hi]
     return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
   }
   bool chance(double p) { return uniform() < p; }
   template <class V>
-  auto& pick(V& v) { return v[static_cast<size_t>(range(0, static_cast<int64_t>(std::size(v)) - 1))]; }
+  auto& pick(V& v) {
+    return v[static_cast<size_t>(range(0, static_cast<int64_t>(std::size(v)) - 1))];
+  }
 };
 
 uint64_t graph_seed(uint64_t seed, uint64_t index) {
@@ -90,9 +92,8 @@ struct Context {
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr,
-               "graph_fuzz: FAILED\n  seed %" PRIu64 ", graph %" PRId64 " (rerun: --seed %" PRIu64
-               " --first %" PRId64 " --graphs 1 --verbose)\n  graph: %s\n  stage: %s\n  budget: %" PRIu64
-               " bytes%s\n  %s\n",
+               "graph_fuzz: FAILED\n  seed %" PRIu64 ", graph %" PRId64 " (rerun: --seed %" PRIu64 " --first %" PRId64
+               " --graphs 1 --verbose)\n  graph: %s\n  stage: %s\n  budget: %" PRIu64 " bytes%s\n  %s\n",
                ctx.seed, ctx.graph, ctx.seed, ctx.graph, ctx.description.c_str(), ctx.stage.c_str(), ctx.budget,
                ctx.budget == 0 ? " (automatic)" : "", what.c_str());
   std::exit(1);
@@ -110,8 +111,8 @@ void ok(koila_status* s, const char* what) {
     koila_status_free(s);
     throw Refused{};
   }
-  const std::string message = std::string(what) + " failed with KOILA_ERROR_" + code_name(koila_status_code(s)) +
-                              ": " + koila_status_message(s);
+  const std::string message = std::string(what) + " failed with KOILA_ERROR_" + code_name(koila_status_code(s)) + ": " +
+                              koila_status_message(s);
   koila_status_free(s);
   fail(message);
 }
@@ -132,18 +133,16 @@ struct TensorFree {
 using T = std::unique_ptr<koila_tensor, TensorFree>;
 
 // Calls an op that returns a tensor through its first argument; fails the run on error.
-#define K(fn, ...)                          \
-  [&] {                                     \
-    koila_tensor* out_ = nullptr;           \
-    ok(fn(&out_, __VA_ARGS__), #fn);        \
-    return T(out_);                         \
+#define K(fn, ...)                   \
+  [&] {                              \
+    koila_tensor* out_ = nullptr;    \
+    ok(fn(&out_, __VA_ARGS__), #fn); \
+    return T(out_);                  \
   }()
 
 using Shape = std::vector<int64_t>;
 
-int64_t numel(const Shape& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
-}
+int64_t numel(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>()); }
 
 // "[4, *17, 3]": * marks the batch dim.
 std::string shape_str(const Shape& s, int64_t batch_dim = -1) {
@@ -226,10 +225,10 @@ void set_budget(uint64_t bytes) {
 
 struct Stats {
   int64_t chunked_runs = 0, min_chunks = INT64_MAX, max_chunks = 0;
-  int64_t runs = 0;                  // runs under a forced budget
-  int64_t oom_retries = 0;           // plans refused (not one sample fits) before a budget fit
-  int64_t nothing_to_split = 0;      // reads estimated to allocate nothing (views of the input)
-  int64_t refused_runs = 0;          // forced runs refused as out of memory when they ran
+  int64_t runs = 0;              // runs under a forced budget
+  int64_t oom_retries = 0;       // plans refused (not one sample fits) before a budget fit
+  int64_t nothing_to_split = 0;  // reads estimated to allocate nothing (views of the input)
+  int64_t refused_runs = 0;      // forced runs refused as out of memory when they ran
   double max_rel64 = 0, max_rel32 = 0;
   int64_t comparisons = 0;
   bool verbose = false;
@@ -249,8 +248,8 @@ struct Tolerance {
 // up to tol.floor * scale pass too, where `scale` is the largest magnitude of the graph's
 // loss and gradients, and at least 1 (inputs and parameters are generated of order 1, so
 // the terms are too, even when everything cancels).
-void compare(const std::vector<double>& ref, const std::vector<double>& got, const Tolerance& tol, double scale_of_graph,
-             bool f64, const std::string& what) {
+void compare(const std::vector<double>& ref, const std::vector<double>& got, const Tolerance& tol,
+             double scale_of_graph, bool f64, const std::string& what) {
   const double atol = tol.floor * scale_of_graph;
   ++stats.comparisons;
   if (ref.size() != got.size())
@@ -261,8 +260,8 @@ void compare(const std::vector<double>& ref, const std::vector<double>& got, con
     const bool nan_a = std::isnan(ref[i]), nan_b = std::isnan(got[i]);
     if (nan_a || nan_b) {
       if (nan_a && nan_b) continue;
-      fail(what + ": element " + std::to_string(i) + " is " + num(ref[i]) + " in the reference and " +
-           num(got[i]) + " here");
+      fail(what + ": element " + std::to_string(i) + " is " + num(ref[i]) + " in the reference and " + num(got[i]) +
+           " here");
     }
     const double d = std::fabs(ref[i] - got[i]);
     if (d > diff) {
@@ -277,9 +276,9 @@ void compare(const std::vector<double>& ref, const std::vector<double>& got, con
     for (size_t i = 0; i < ref.size() && i < 12; ++i)
       values += "\n    [" + std::to_string(i) + "] " + num(ref[i]) + " vs " + num(got[i]);
     if (ref.size() > 12) values += "\n    ...";
-    fail(what + ": differs by " + num(diff) + " at element " + std::to_string(worst) + " (" + num(ref[worst]) +
-         " vs " + num(got[worst]) + "), relative " + num(rel) + " to the largest magnitude " + num(scale) +
-         "; tolerance " + num(tol.rtol) + " relative + " + num(atol) + values);
+    fail(what + ": differs by " + num(diff) + " at element " + std::to_string(worst) + " (" + num(ref[worst]) + " vs " +
+         num(got[worst]) + "), relative " + num(rel) + " to the largest magnitude " + num(scale) + "; tolerance " +
+         num(tol.rtol) + " relative + " + num(atol) + values);
   }
   // The reported relative difference ignores values at the absolute floor (cancellation).
   const double reported = scale * tol.rtol > atol ? rel : 0;
@@ -294,7 +293,7 @@ void compare(const std::vector<double>& ref, const std::vector<double>& got, con
 // shared by both builds (captured by the steps directly).
 struct Env {
   std::vector<koila_tensor*> data;
-  bool lazy = true;  // the graph under test (else the eager reference)
+  bool lazy = true;                     // the graph under test (else the eager reference)
   bool eager_param_expressions = true;  // expressions of parameters alone computed at once
 };
 
@@ -320,16 +319,16 @@ struct Graph {
   koila_dtype dtype = KOILA_FLOAT64;
   Tolerance tol{1e-9, 1e-11};
   int64_t batch = 0;
-  std::vector<T> params;               // concrete leaves that require grad
+  std::vector<T> params;  // concrete leaves that require grad
   std::vector<Shape> param_shapes;
-  std::vector<T> consts;               // concrete tensors without grad (indices)
+  std::vector<T> consts;  // concrete tensors without grad (indices)
   struct Data {
-    T concrete;                        // what the eager reference reads
-    T lazy;                            // the same, wrapped with koila_lazy
+    T concrete;  // what the eager reference reads
+    T lazy;      // the same, wrapped with koila_lazy
   };
   std::vector<Data> data;
-  bool input_requires_grad = false;    // data[0] is a leaf whose gradient is checked too
-  bool eager_param_expressions = true; // in the graph under test (else deferred, unbatched)
+  bool input_requires_grad = false;     // data[0] is a leaf whose gradient is checked too
+  bool eager_param_expressions = true;  // in the graph under test (else deferred, unbatched)
   std::vector<Step> steps;
   std::string description;
 
@@ -405,8 +404,8 @@ class Generator {
     g_.dtype = rng_.chance(0.2) ? KOILA_FLOAT32 : KOILA_FLOAT64;
     if (g_.dtype == KOILA_FLOAT32) g_.tol = {1e-4, 1e-5};
     g_.batch = rng_.range(3, 40);
-    g_.description = std::string(g_.dtype == KOILA_FLOAT64 ? "float64" : "float32") + ", batch " +
-                     std::to_string(g_.batch) + ":";
+    g_.description =
+        std::string(g_.dtype == KOILA_FLOAT64 ? "float64" : "float32") + ", batch " + std::to_string(g_.batch) + ":";
     start();
 
     const int64_t ops = rng_.range(2, 8);
@@ -535,7 +534,8 @@ class Generator {
       koila_tensor* w = param({vocab, dim}, 1.0, 0, &name);
       c.shape = ids_shape;
       c.shape.push_back(dim);
-      add("embedding(" + name + ", ids " + shape_str(ids_shape, c.b) + ")",
+      add(
+          "embedding(" + name + ", ids " + shape_str(ids_shape, c.b) + ")",
           [w, idx](koila_tensor*, const Env& e) { return K(koila_embedding, w, e.data[idx]); }, c);
       return;
     }
@@ -548,9 +548,9 @@ class Generator {
     g_.eager_param_expressions = rng_.chance(0.5);
     if (g_.input_requires_grad)
       ok(koila_tensor_set_requires_grad(g_.data[idx].concrete.get(), 1), "koila_tensor_set_requires_grad");
-    add(g_.input_requires_grad ? "x (requires grad)" : "x",
-        [idx, b = c.b](koila_tensor*, const Env& e) { return same(e.data[idx], b); },
-        c);
+    add(
+        g_.input_requires_grad ? "x (requires grad)" : "x",
+        [idx, b = c.b](koila_tensor*, const Env& e) { return same(e.data[idx], b); }, c);
   }
 
   // ---- Per-sample ops (each returns false when it does not apply to the current shape) -------
@@ -558,14 +558,12 @@ class Generator {
   bool random_op() {
     using Op = bool (Generator::*)();
     static const Op ops[] = {
-        &Generator::op_linear,     &Generator::op_linear,       &Generator::op_unary,
-        &Generator::op_exp_tanh,   &Generator::op_scalar,       &Generator::op_binary_param,
-        &Generator::op_binary_param, &Generator::op_softmax,    &Generator::op_layer_norm,
-        &Generator::op_matmul,     &Generator::op_transpose,    &Generator::op_permute,
-        &Generator::op_unsqueeze,  &Generator::op_squeeze,      &Generator::op_reshape,
-        &Generator::op_flatten,    &Generator::op_reduce,       &Generator::op_conv1d,
-        &Generator::op_residual,   &Generator::op_cat,          &Generator::op_stack,
-        &Generator::op_narrow,     &Generator::op_index_select, &Generator::op_attention,
+        &Generator::op_linear,     &Generator::op_linear,       &Generator::op_unary,        &Generator::op_exp_tanh,
+        &Generator::op_scalar,     &Generator::op_binary_param, &Generator::op_binary_param, &Generator::op_softmax,
+        &Generator::op_layer_norm, &Generator::op_matmul,       &Generator::op_transpose,    &Generator::op_permute,
+        &Generator::op_unsqueeze,  &Generator::op_squeeze,      &Generator::op_reshape,      &Generator::op_flatten,
+        &Generator::op_reduce,     &Generator::op_conv1d,       &Generator::op_residual,     &Generator::op_cat,
+        &Generator::op_stack,      &Generator::op_narrow,       &Generator::op_index_select, &Generator::op_attention,
         &Generator::op_dropout,    &Generator::op_second_input};
     return (this->*rng_.pick(ops))();
   }
@@ -579,7 +577,8 @@ class Generator {
     std::string wn, bn;
     koila_tensor* w = param({out, in}, 1.0 / std::sqrt(static_cast<double>(in)), 0, &wn);
     koila_tensor* bias = rng_.chance(0.7) ? param({out}, 0.5, 0, &bn) : nullptr;
-    add("linear(" + wn + (bias ? ", " + bn : "") + ")",
+    add(
+        "linear(" + wn + (bias ? ", " + bn : "") + ")",
         [w, bias](koila_tensor* h, const Env&) { return K(koila_linear, h, w, bias); }, next);
     return true;
   }
@@ -589,15 +588,19 @@ class Generator {
 
   bool op_unary() {
     const NamedUnary u = unary();
-    add(u.name, [fn = u.fn](koila_tensor* h, const Env&) { return K(fn, h); }, cur_);
+    add(
+        u.name, [fn = u.fn](koila_tensor* h, const Env&) { return K(fn, h); }, cur_);
     return true;
   }
 
   bool op_exp_tanh() {  // exp stays bounded on tanh'd values
-    add("exp(tanh)", [](koila_tensor* h, const Env&) {
-      T t = K(koila_tanh, h);
-      return K(koila_exp, t.get());
-    }, cur_);
+    add(
+        "exp(tanh)",
+        [](koila_tensor* h, const Env&) {
+          T t = K(koila_tanh, h);
+          return K(koila_exp, t.get());
+        },
+        cur_);
     return true;
   }
 
@@ -614,7 +617,8 @@ class Generator {
                          {"div_scalar", koila_div_scalar, sign * rng_.uniform(0.5, 2)},
                          {"pow_scalar", koila_pow_scalar, 2.0}};
     const Named op = rng_.pick(ops);
-    add(std::string(op.name) + "(" + num(op.s) + ")",
+    add(
+        std::string(op.name) + "(" + num(op.s) + ")",
         [fn = op.fn, s = op.s](koila_tensor* h, const Env&) { return K(fn, h, s); }, cur_);
     return true;
   }
@@ -644,7 +648,8 @@ class Generator {
     const bool left = !div && rng_.chance(0.4);
     const bool squashed = !div && rng_.chance(0.2);  // tanh(p): an expression of parameters alone
     if (squashed) name = "tanh(" + name + ")";
-    add(std::string(op.name) + (left ? "(" + name + ", h)" : "(h, " + name + ")"),
+    add(
+        std::string(op.name) + (left ? "(" + name + ", h)" : "(h, " + name + ")"),
         [fn = op.fn, p, left, squashed](koila_tensor* h, const Env& e) {
           T operand;
           if (squashed) {
@@ -664,7 +669,8 @@ class Generator {
     if (dims.empty()) return false;
     const int64_t d = spell(rng_.pick(dims), cur_.rank());
     const bool log = rng_.chance(0.5);
-    add(std::string(log ? "log_softmax" : "softmax") + "(dim " + std::to_string(d) + ")",
+    add(
+        std::string(log ? "log_softmax" : "softmax") + "(dim " + std::to_string(d) + ")",
         [d, log](koila_tensor* h, const Env&) { return log ? K(koila_log_softmax, h, d) : K(koila_softmax, h, d); },
         cur_);
     return true;
@@ -682,8 +688,9 @@ class Generator {
     // multiplies rounding differences by up to 1 / sqrt(eps); float32 keeps that under its
     // tolerance with a larger eps.
     const double eps = g_.dtype == KOILA_FLOAT32 ? 0.1 : 1e-5;
-    add("layer_norm(" + shape_str(normalized) + (w ? ", " + wn : "") + (bias ? ", " + bn : "") + ", eps " +
-            num(eps) + ")",
+    add(
+        "layer_norm(" + shape_str(normalized) + (w ? ", " + wn : "") + (bias ? ", " + bn : "") + ", eps " + num(eps) +
+            ")",
         [normalized, w, bias, eps](koila_tensor* h, const Env&) {
           return K(koila_layer_norm, h, normalized.data(), normalized.size(), w, bias, eps);
         },
@@ -712,20 +719,23 @@ class Generator {
       }
       if (per_sample(next) > kMaxPerSample) return false;
       koila_tensor* w = param(ws, 1.0 / std::sqrt(static_cast<double>(in)), 0, &name);
-      add("matmul(h, " + name + ")", [w](koila_tensor* h, const Env&) { return K(koila_matmul, h, w); }, next);
+      add(
+          "matmul(h, " + name + ")", [w](koila_tensor* h, const Env&) { return K(koila_matmul, h, w); }, next);
     } else if (kind == 1) {  // W @ h, W [M, N]
       if (b == rank - 2) return false;
       const int64_t in = cur_.shape[rank - 2], m = rng_.range(1, 8);
       next.shape[rank - 2] = m;
       if (per_sample(next) > kMaxPerSample) return false;
       koila_tensor* w = param({m, in}, 1.0 / std::sqrt(static_cast<double>(in)), 0, &name);
-      add("matmul(" + name + ", h)", [w](koila_tensor* h, const Env&) { return K(koila_matmul, w, h); }, next);
+      add(
+          "matmul(" + name + ", h)", [w](koila_tensor* h, const Env&) { return K(koila_matmul, w, h); }, next);
     } else {  // h @ v, v [K]: drops the last dim
       if (b == rank - 1) return false;
       const int64_t in = cur_.shape.back();
       next.shape.pop_back();
       koila_tensor* v = param({in}, 1.0 / std::sqrt(static_cast<double>(in)), 0, &name);
-      add("matmul(h, " + name + ")", [v](koila_tensor* h, const Env&) { return K(koila_matmul, h, v); }, next);
+      add(
+          "matmul(h, " + name + ")", [v](koila_tensor* h, const Env&) { return K(koila_matmul, h, v); }, next);
     }
     return true;
   }
@@ -740,7 +750,8 @@ class Generator {
     std::swap(next.shape[d0], next.shape[d1]);
     next.b = cur_.b == d0 ? d1 : cur_.b == d1 ? d0 : cur_.b;
     const int64_t a = spell(d0, rank), c = spell(d1, rank);
-    add("transpose(" + std::to_string(a) + ", " + std::to_string(c) + ")",
+    add(
+        "transpose(" + std::to_string(a) + ", " + std::to_string(c) + ")",
         [a, c](koila_tensor* h, const Env&) { return K(koila_transpose, h, a, c); }, next);
     return true;
   }
@@ -758,9 +769,9 @@ class Generator {
     }
     std::vector<int64_t> spelled;
     for (int64_t d : order) spelled.push_back(spell(d, rank));
-    add("permute" + shape_str(spelled),
-        [spelled](koila_tensor* h, const Env&) { return K(koila_permute, h, spelled.data(), spelled.size()); },
-        next);
+    add(
+        "permute" + shape_str(spelled),
+        [spelled](koila_tensor* h, const Env&) { return K(koila_permute, h, spelled.data(), spelled.size()); }, next);
     return true;
   }
 
@@ -772,7 +783,8 @@ class Generator {
     next.shape.insert(next.shape.begin() + d, 1);
     if (cur_.b >= d) next.b += 1;
     const int64_t spelled = spell(d, rank + 1);
-    add("unsqueeze(" + std::to_string(spelled) + ")",
+    add(
+        "unsqueeze(" + std::to_string(spelled) + ")",
         [spelled](koila_tensor* h, const Env&) { return K(koila_unsqueeze, h, spelled); }, next);
     return true;
   }
@@ -791,7 +803,8 @@ class Generator {
       if (cur_.b > d) next.b -= 1;
     }
     const int64_t spelled = spell(d, rank);
-    add("squeeze(" + std::to_string(spelled) + ")",
+    add(
+        "squeeze(" + std::to_string(spelled) + ")",
         [spelled](koila_tensor* h, const Env&) { return K(koila_squeeze, h, spelled); }, next);
     return true;
   }
@@ -856,7 +869,8 @@ class Generator {
         if (d != next.b) others.push_back(d);
       if (!others.empty()) target[rng_.pick(others)] = -1;
     }
-    add("reshape" + shape_str(target) + " (" + how + ")",
+    add(
+        "reshape" + shape_str(target) + " (" + how + ")",
         [target](koila_tensor* h, const Env&) { return K(koila_reshape, h, target.data(), target.size()); }, next);
     return true;
   }
@@ -880,10 +894,13 @@ class Generator {
     for (int64_t d = s; d <= e; ++d) merged *= cur_.shape[d];
     next.shape.erase(next.shape.begin() + s + 1, next.shape.begin() + e + 1);
     next.shape[s] = merged;
-    if (b > e) next.b -= e - s;
-    else if (b >= s) next.b = s;
+    if (b > e)
+      next.b -= e - s;
+    else if (b >= s)
+      next.b = s;
     const int64_t a = spell(s, rank), c = spell(e, rank);
-    add("flatten(" + std::to_string(a) + ", " + std::to_string(c) + ")",
+    add(
+        "flatten(" + std::to_string(a) + ", " + std::to_string(c) + ")",
         [a, c](koila_tensor* h, const Env&) { return K(koila_flatten, h, a, c); }, next);
     return true;
   }
@@ -904,7 +921,8 @@ class Generator {
     }
     std::vector<int64_t> spelled;
     for (int64_t d : dims) spelled.push_back(spell(d, cur_.rank()));
-    add(std::string(mean ? "mean" : "sum") + shape_str(spelled) + (keep ? " (keepdim)" : ""),
+    add(
+        std::string(mean ? "mean" : "sum") + shape_str(spelled) + (keep ? " (keepdim)" : ""),
         [spelled, mean, keep](koila_tensor* h, const Env&) {
           return mean ? K(koila_mean, h, spelled.data(), spelled.size(), keep)
                       : K(koila_sum, h, spelled.data(), spelled.size(), keep);
@@ -933,7 +951,8 @@ class Generator {
     std::string wn, bn;
     koila_tensor* w = param({out_c, c / groups, k}, 1.0 / std::sqrt(static_cast<double>(c / groups * k)), 0, &wn);
     koila_tensor* bias = rng_.chance(0.5) ? param({out_c}, 0.3, 0, &bn) : nullptr;
-    add(std::string(unsqueeze ? "unsqueeze(1), " : "") + "conv1d(" + wn + (bias ? ", " + bn : "") + ", stride " +
+    add(
+        std::string(unsqueeze ? "unsqueeze(1), " : "") + "conv1d(" + wn + (bias ? ", " + bn : "") + ", stride " +
             std::to_string(stride) + ", padding " + std::to_string(pad) + ", dilation " + std::to_string(dilation) +
             ", groups " + std::to_string(groups) + ")",
         [=](koila_tensor* h, const Env&) {
@@ -949,15 +968,21 @@ class Generator {
     const bool gate = rng_.chance(0.3);
     const NamedUnary u = unary();
     if (gate) {
-      add("h * sigmoid(h)", [](koila_tensor* h, const Env&) {
-        T s = K(koila_sigmoid, h);
-        return K(koila_mul, h, s.get());
-      }, cur_);
+      add(
+          "h * sigmoid(h)",
+          [](koila_tensor* h, const Env&) {
+            T s = K(koila_sigmoid, h);
+            return K(koila_mul, h, s.get());
+          },
+          cur_);
     } else {
-      add(std::string("h + ") + u.name + "(h)", [fn = u.fn](koila_tensor* h, const Env&) {
-        T f = K(fn, h);
-        return K(koila_add, h, f.get());
-      }, cur_);
+      add(
+          std::string("h + ") + u.name + "(h)",
+          [fn = u.fn](koila_tensor* h, const Env&) {
+            T f = K(fn, h);
+            return K(koila_add, h, f.get());
+          },
+          cur_);
     }
     return true;
   }
@@ -973,7 +998,8 @@ class Generator {
     if (per_sample(next) > kMaxPerSample) return false;
     const int64_t spelled = spell(d, cur_.rank());
     const bool first = rng_.chance(0.5);
-    add(std::string(first ? "cat([h, tanh(h)], " : "cat([tanh(h), h], ") + std::to_string(spelled) + ")",
+    add(
+        std::string(first ? "cat([h, tanh(h)], " : "cat([tanh(h), h], ") + std::to_string(spelled) + ")",
         [spelled, first](koila_tensor* h, const Env&) {
           T t = K(koila_tanh, h);
           koila_tensor* parts[2] = {first ? h : t.get(), first ? t.get() : h};
@@ -992,11 +1018,14 @@ class Generator {
     if (cur_.b >= d) next.b += 1;
     if (per_sample(next) > kMaxPerSample) return false;
     const int64_t spelled = spell(d, rank + 1);
-    add("stack([h, sin(h)], " + std::to_string(spelled) + ")", [spelled](koila_tensor* h, const Env&) {
-      T s = K(koila_sin, h);
-      koila_tensor* parts[2] = {h, s.get()};
-      return K(koila_stack, parts, 2, spelled);
-    }, next);
+    add(
+        "stack([h, sin(h)], " + std::to_string(spelled) + ")",
+        [spelled](koila_tensor* h, const Env&) {
+          T s = K(koila_sin, h);
+          koila_tensor* parts[2] = {h, s.get()};
+          return K(koila_stack, parts, 2, spelled);
+        },
+        next);
     return true;
   }
 
@@ -1010,7 +1039,8 @@ class Generator {
     Cur next = cur_;
     next.shape[d] = length;
     const int64_t spelled = spell(d, cur_.rank());
-    add("narrow(" + std::to_string(spelled) + ", " + std::to_string(start) + ", " + std::to_string(length) + ")",
+    add(
+        "narrow(" + std::to_string(spelled) + ", " + std::to_string(start) + ", " + std::to_string(length) + ")",
         [spelled, start, length](koila_tensor* h, const Env&) { return K(koila_narrow, h, spelled, start, length); },
         next);
     return true;
@@ -1029,7 +1059,8 @@ class Generator {
     g_.consts.push_back(int_tensor(idx, {n}));
     koila_tensor* index = g_.consts.back().get();
     const int64_t spelled = spell(d, cur_.rank());
-    add("index_select(" + std::to_string(spelled) + ", " + shape_str(idx) + ")",
+    add(
+        "index_select(" + std::to_string(spelled) + ", " + shape_str(idx) + ")",
         [spelled, index](koila_tensor* h, const Env&) { return K(koila_index_select, h, spelled, index); }, next);
     return true;
   }
@@ -1042,7 +1073,8 @@ class Generator {
     const int64_t len = cur_.shape[rank - 2];
     std::string name;
     koila_tensor* mask = rng_.chance(0.3) ? param({len, len}, 0.5, 0, &name) : nullptr;
-    add(std::string("attention(h, h, h") + (mask ? ", mask " + name : "") + (causal ? ", causal" : "") + ")",
+    add(
+        std::string("attention(h, h, h") + (mask ? ", mask " + name : "") + (causal ? ", causal" : "") + ")",
         [mask, causal](koila_tensor* h, const Env&) {
           return K(koila_scaled_dot_product_attention, h, h, h, mask, causal);
         },
@@ -1051,7 +1083,8 @@ class Generator {
   }
 
   bool op_dropout() {  // not training: passes the input through
-    add("dropout(0.3, eval)", [](koila_tensor* h, const Env&) { return K(koila_dropout, h, 0.3, 0); }, cur_);
+    add(
+        "dropout(0.3, eval)", [](koila_tensor* h, const Env&) { return K(koila_dropout, h, 0.3, 0); }, cur_);
     return true;
   }
 
@@ -1072,7 +1105,8 @@ class Generator {
     const size_t idx = uniform_data(stored, transposed ? 0 : b, -1, 1);
     const bool left = rng_.chance(0.5);
     const std::string z = transposed ? "transpose(z, 0, " + std::to_string(b) + ")" : "z";
-    add(std::string(op.name) + (left ? "(" + z + ", h)" : "(h, " + z + ")") + " with a second lazy input z " +
+    add(
+        std::string(op.name) + (left ? "(" + z + ", h)" : "(h, " + z + ")") + " with a second lazy input z " +
             shape_str(stored, transposed ? 0 : b),
         [fn = op.fn, idx, left, transposed, b](koila_tensor* h, const Env& e) {
           T zt = transposed ? K(koila_transpose, e.data[idx], 0, b) : same(e.data[idx], b);
@@ -1108,7 +1142,8 @@ class Generator {
       for (int64_t d = 0; d < cur_.rank(); ++d) dims.push_back(d);
     Cur next;
     next.shape = keep ? Shape(cur_.shape.size(), 1) : Shape{};
-    add(std::string(mean ? "mean" : "sum") + (explicit_dims ? shape_str(dims) : " over all") +
+    add(
+        std::string(mean ? "mean" : "sum") + (explicit_dims ? shape_str(dims) : " over all") +
             (keep ? " (keepdim)" : ""),
         [dims, mean, keep](koila_tensor* h, const Env&) {
           const int64_t* d = dims.empty() ? nullptr : dims.data();
@@ -1130,8 +1165,10 @@ class Generator {
     Shape reduced;
     for (int64_t d = 0; d < cur_.rank(); ++d) {
       const bool gone = std::find(dims.begin(), dims.end(), d) != dims.end();
-      if (!gone) reduced.push_back(cur_.shape[d]);
-      else if (keep) reduced.push_back(1);
+      if (!gone)
+        reduced.push_back(cur_.shape[d]);
+      else if (keep)
+        reduced.push_back(1);
     }
     // The tail: 0..2 of tanh, mul_scalar, square, mul by a parameter.
     std::vector<int> tail_ops;
@@ -1156,17 +1193,22 @@ class Generator {
     const bool final_mean = rng_.chance(0.5);
     const bool second = rng_.chance(0.4);
     Cur next;
-    add(std::string(mean ? "r = mean" : "r = sum") + shape_str(dims) + (keep ? " (keepdim)" : "") + tail_text +
+    add(
+        std::string(mean ? "r = mean" : "r = sum") + shape_str(dims) + (keep ? " (keepdim)" : "") + tail_text +
             (final_mean ? " -> mean over all" : " -> sum over all") +
             (second ? " -> + 0.1 * sum over all of tanh(h)" : ""),
         [dims, mean, keep, tail_ops, tp, final_mean, second](koila_tensor* h, const Env&) {
-          T r = mean ? K(koila_mean, h, dims.data(), dims.size(), keep)
-                     : K(koila_sum, h, dims.data(), dims.size(), keep);
+          T r =
+              mean ? K(koila_mean, h, dims.data(), dims.size(), keep) : K(koila_sum, h, dims.data(), dims.size(), keep);
           for (int op : tail_ops) {
-            if (op == 0) r = K(koila_tanh, r.get());
-            else if (op == 1) r = K(koila_mul_scalar, r.get(), 0.7);
-            else if (op == 2) r = K(koila_mul, r.get(), r.get());
-            else r = K(koila_mul, r.get(), tp);
+            if (op == 0)
+              r = K(koila_tanh, r.get());
+            else if (op == 1)
+              r = K(koila_mul_scalar, r.get(), 0.7);
+            else if (op == 2)
+              r = K(koila_mul, r.get(), r.get());
+            else
+              r = K(koila_mul, r.get(), tp);
           }
           T out = final_mean ? K(koila_mean, r.get(), nullptr, 0, 0) : K(koila_sum, r.get(), nullptr, 0, 0);
           if (!second) return out;
@@ -1184,7 +1226,8 @@ class Generator {
     const koila_reduction r = rng_.chance(0.5) ? KOILA_REDUCTION_MEAN : KOILA_REDUCTION_SUM;
     const bool swapped = !bce && rng_.chance(0.3);
     Cur next;
-    add(std::string(bce ? "bce_with_logits" : "mse_loss") + (swapped ? "(target, h, " : "(h, target, ") +
+    add(
+        std::string(bce ? "bce_with_logits" : "mse_loss") + (swapped ? "(target, h, " : "(h, target, ") +
             (r == KOILA_REDUCTION_MEAN ? "mean)" : "sum)"),
         [t, r, bce, swapped](koila_tensor* h, const Env& e) {
           if (bce) return K(koila_binary_cross_entropy_with_logits, h, e.data[t], r);
@@ -1228,7 +1271,8 @@ class Generator {
       what = "class indices " + shape_str(ts, tb) + (ignore ? " (some ignored)" : "");
     }
     Cur next;
-    add(std::string(nll ? "nll_loss(log_softmax(h, 1), " : "cross_entropy(h, ") + what +
+    add(
+        std::string(nll ? "nll_loss(log_softmax(h, 1), " : "cross_entropy(h, ") + what +
             (r == KOILA_REDUCTION_MEAN ? ", mean)" : ", sum)"),
         [t, r, nll](koila_tensor* h, const Env& e) {
           if (!nll) return K(koila_cross_entropy, h, e.data[t], r);
@@ -1245,17 +1289,22 @@ class Generator {
     if (kind == 0) {
       std::string name;
       koila_tensor* p = param({rng_.range(1, 4)}, 1.0, 0, &name);
-      add("0.5 * loss + sum(" + name + "^2)", [p](koila_tensor* h, const Env& e) {
-        T half = K(koila_mul_scalar, h, 0.5);
-        T q = param_operand(p, e);
-        T sq = K(koila_mul, q.get(), q.get());
-        T reg = K(koila_sum, sq.get(), nullptr, 0, 0);
-        return K(koila_add, half.get(), reg.get());
-      }, cur_);
+      add(
+          "0.5 * loss + sum(" + name + "^2)",
+          [p](koila_tensor* h, const Env& e) {
+            T half = K(koila_mul_scalar, h, 0.5);
+            T q = param_operand(p, e);
+            T sq = K(koila_mul, q.get(), q.get());
+            T reg = K(koila_sum, sq.get(), nullptr, 0, 0);
+            return K(koila_add, half.get(), reg.get());
+          },
+          cur_);
     } else if (kind == 1) {
-      add("loss * loss", [](koila_tensor* h, const Env&) { return K(koila_mul, h, h); }, cur_);
+      add(
+          "loss * loss", [](koila_tensor* h, const Env&) { return K(koila_mul, h, h); }, cur_);
     } else {
-      add("tanh(loss)", [](koila_tensor* h, const Env&) { return K(koila_tanh, h); }, cur_);
+      add(
+          "tanh(loss)", [](koila_tensor* h, const Env&) { return K(koila_tanh, h); }, cur_);
     }
   }
 };
@@ -1492,13 +1541,13 @@ bool run_graph(uint64_t seed, int64_t index, bool verbose) {
       report += ", read " + std::to_string(f.chunks);
       std::vector<double> p1;
       if (measured(f, [&] { p1 = read(probe.get(), through_eval); }))
-        compare(probe0, p1, g.tol, std::max(1.0, largest_magnitude(probe0)), f64, "read of " + probe_text + (through_eval ? " (koila_eval)" : "") +
-                                          ", unsplit vs chunked");
+        compare(probe0, p1, g.tol, std::max(1.0, largest_magnitude(probe0)), f64,
+                "read of " + probe_text + (through_eval ? " (koila_eval)" : "") + ", unsplit vs chunked");
     }
     set_budget(0);
     if (verbose)
-      std::printf("graph %" PRId64 ": %s\n  probe: %s\n  chunks:%s\n", index, g.description.c_str(),
-                  probe_text.c_str(), report.c_str());
+      std::printf("graph %" PRId64 ": %s\n  probe: %s\n  chunks:%s\n", index, g.description.c_str(), probe_text.c_str(),
+                  report.c_str());
   }
   ctx.stage = "freeing the graph";
   const uint64_t after = current_cpu();

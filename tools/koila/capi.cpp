@@ -19,10 +19,15 @@ void check(koila_status* s, const std::string& context) {
 
 size_t element_size(koila_dtype dtype) {
   switch (dtype) {
-    case KOILA_FLOAT64: case KOILA_INT64: return 8;
-    case KOILA_FLOAT32: case KOILA_INT32: return 4;
-    case KOILA_FLOAT16: case KOILA_BFLOAT16: return 2;
-    case KOILA_INT8: case KOILA_UINT8: case KOILA_BOOL: return 1;
+    case KOILA_FLOAT64:
+    case KOILA_INT64: return 8;
+    case KOILA_FLOAT32:
+    case KOILA_INT32: return 4;
+    case KOILA_FLOAT16:
+    case KOILA_BFLOAT16: return 2;
+    case KOILA_INT8:
+    case KOILA_UINT8:
+    case KOILA_BOOL: return 1;
   }
   return 0;
 }

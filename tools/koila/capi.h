@@ -12,8 +12,7 @@ namespace koila_cli {
 
 // What the command reports as "koila: error: <message>" with exit status 1 (2 for usage).
 struct CliError : std::runtime_error {
-  explicit CliError(const std::string& message, int exit_code = 1)
-      : std::runtime_error(message), code(exit_code) {}
+  explicit CliError(const std::string& message, int exit_code = 1) : std::runtime_error(message), code(exit_code) {}
   int code;
 };
 
@@ -23,10 +22,18 @@ std::string first_line(const std::string& text);
 // Throws CliError("<context>: <the status's first line>") for a failed call; frees it.
 void check(koila_status* s, const std::string& context);
 
-struct TensorFree { void operator()(koila_tensor* t) const { koila_tensor_free(t); } };
-struct PlanFree { void operator()(koila_plan* p) const { koila_plan_free(p); } };
-struct ModuleFree { void operator()(koila_module* m) const { koila_module_free(m); } };
-struct TimelineFree { void operator()(koila_timeline* t) const { koila_timeline_free(t); } };
+struct TensorFree {
+  void operator()(koila_tensor* t) const { koila_tensor_free(t); }
+};
+struct PlanFree {
+  void operator()(koila_plan* p) const { koila_plan_free(p); }
+};
+struct ModuleFree {
+  void operator()(koila_module* m) const { koila_module_free(m); }
+};
+struct TimelineFree {
+  void operator()(koila_timeline* t) const { koila_timeline_free(t); }
+};
 using Tensor = std::unique_ptr<koila_tensor, TensorFree>;
 using Plan = std::unique_ptr<koila_plan, PlanFree>;
 using Module = std::unique_ptr<koila_module, ModuleFree>;

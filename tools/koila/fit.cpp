@@ -25,7 +25,9 @@ class Search {
         need_[n] = static_cast<double>(s_.in_use()) +
                    1.1 * static_cast<double>(v.full_peak - std::min(v.full_peak, s_.in_use()));
       }
-      if (!v.fits) v.why = b.plan ? "it would run in " + std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks" : b.message;
+      if (!v.fits)
+        v.why =
+            b.plan ? "it would run in " + std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks" : b.message;
     }
     r_.tried[n] = v;
     return v.fits;
@@ -163,14 +165,16 @@ std::string fit_text(const FitResult& r, const Session& s) {
           " plans, without running anything out of memory (koila's estimates: simulated on meta tensors, "
           "calibrated by real probes of a few samples)\n";
   if (r.verified) {
-    std::snprintf(line, sizeof line, "verified: the batch of %lld ran in %lld chunk%s, measured peak %s, budget %s: %s\n",
+    std::snprintf(line, sizeof line,
+                  "verified: the batch of %lld ran in %lld chunk%s, measured peak %s, budget %s: %s\n",
                   static_cast<long long>(r.largest), static_cast<long long>(r.measured_chunks),
                   r.measured_chunks == 1 ? "" : "s", human_bytes(r.measured_peak).c_str(),
                   human_bytes(s.budget()).c_str(), r.measured_peak <= s.budget() ? "within" : "OVER");
     text += line;
     if (r.measured_chunks != 1)
-      text += "  the estimate fell short: the unsplit run hit the budget (a hard limit), rolled back and retried "
-              "in smaller chunks\n";
+      text +=
+          "  the estimate fell short: the unsplit run hit the budget (a hard limit), rolled back and retried "
+          "in smaller chunks\n";
   }
   return text;
 }
@@ -189,7 +193,11 @@ void fit_json(Json& j, const FitResult& r) {
         .end_object();
   j.begin_array("tried");
   for (const auto& [n, v] : r.tried)
-    j.begin_object().field("batch", n).field("fits_unsplit", v.fits).field("unsplit_peak_bytes", v.full_peak).end_object();
+    j.begin_object()
+        .field("batch", n)
+        .field("fits_unsplit", v.fits)
+        .field("unsplit_peak_bytes", v.full_peak)
+        .end_object();
   j.end_array();
   if (r.batch_planned) {
     j.begin_object("plan");

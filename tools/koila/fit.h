@@ -16,9 +16,9 @@
 namespace koila_cli {
 
 struct BatchVerdict {
-  bool fits = false;          // runs unsplit by koila's plan
-  uint64_t full_peak = 0;     // estimated unsplit peak (0 when not planned)
-  std::string why;            // when it does not fit
+  bool fits = false;       // runs unsplit by koila's plan
+  uint64_t full_peak = 0;  // estimated unsplit peak (0 when not planned)
+  std::string why;         // when it does not fit
 };
 
 struct FitResult {
@@ -26,7 +26,7 @@ struct FitResult {
   std::map<int64_t, BatchVerdict> tried;  // every batch size planned
   PlanReport at_batch;                    // the plan of --batch
   bool batch_planned = false;
-  std::string batch_why;                  // when --batch could not be planned at all
+  std::string batch_why;  // when --batch could not be planned at all
   bool verified = false;
   uint64_t measured_peak = 0;
   int64_t measured_chunks = 0;

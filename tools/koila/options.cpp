@@ -18,9 +18,9 @@ struct DtypeName {
   const char* name;
   koila_dtype dtype;
 };
-constexpr DtypeName kDtypes[] = {{"float32", KOILA_FLOAT32}, {"float64", KOILA_FLOAT64}, {"float16", KOILA_FLOAT16},
-                                 {"bfloat16", KOILA_BFLOAT16}, {"int64", KOILA_INT64},   {"int32", KOILA_INT32},
-                                 {"int8", KOILA_INT8},         {"uint8", KOILA_UINT8},   {"bool", KOILA_BOOL}};
+constexpr DtypeName kDtypes[] = {{"float32", KOILA_FLOAT32},   {"float64", KOILA_FLOAT64}, {"float16", KOILA_FLOAT16},
+                                 {"bfloat16", KOILA_BFLOAT16}, {"int64", KOILA_INT64},     {"int32", KOILA_INT32},
+                                 {"int8", KOILA_INT8},         {"uint8", KOILA_UINT8},     {"bool", KOILA_BOOL}};
 
 // A whole decimal integer > 0 (no sign, no trailing text, no overflow).
 bool positive_integer(const std::string& text, int64_t* out) {
@@ -66,7 +66,9 @@ InputSpec parse_input(const std::string& text) {
         spec.dtype = n.dtype;
         known = true;
       }
-    if (!known) usage_error("--input '" + text + "': unknown dtype '" + name + "' (float32, float64, float16, bfloat16, int64, int32, int8, uint8, bool)");
+    if (!known)
+      usage_error("--input '" + text + "': unknown dtype '" + name +
+                  "' (float32, float64, float16, bfloat16, int64, int32, int8, uint8, bool)");
   }
   size_t start = 0;
   for (;;) {
@@ -74,7 +76,8 @@ InputSpec parse_input(const std::string& text) {
     const std::string part = dims.substr(start, x == std::string::npos ? std::string::npos : x - start);
     int64_t size = 0;
     if (!positive_integer(part, &size))
-      usage_error("--input '" + text + "': '" + part + "' is not a positive size; a sample's shape is sizes joined by x, as 3x224x224");
+      usage_error("--input '" + text + "': '" + part +
+                  "' is not a positive size; a sample's shape is sizes joined by x, as 3x224x224");
     spec.shape.push_back(size);
     if (x == std::string::npos) break;
     start = x + 1;
@@ -89,10 +92,11 @@ uint64_t parse_bytes(const std::string& text) {
     double factor;
   };
   static const Unit units[] = {{"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-                               {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},          {"TB", 1e12},
-                               {"K", 1024.0},   {"M", 1048576.0},   {"G", 1073741824.0},  {"B", 1.0}};
+                               {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},
+                               {"K", 1024.0},   {"M", 1048576.0},   {"G", 1073741824.0},   {"B", 1.0}};
   size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
   const std::string number = text.substr(0, digits), suffix = text.substr(digits);
   double factor = suffix.empty() ? 1.0 : 0.0;
   for (const Unit& u : units)
@@ -166,9 +170,12 @@ bool parse_options(const std::vector<std::string>& args, Options* out) {
       if (o.device.empty()) usage_error("--device: expected cpu, cuda or cuda:N");
     } else if (name == "--mode") {
       const std::string v = value();
-      if (v == "forward") o.mode = KOILA_MODE_FORWARD;
-      else if (v == "training") o.mode = KOILA_MODE_TRAINING;
-      else usage_error("--mode '" + v + "': expected forward or training");
+      if (v == "forward")
+        o.mode = KOILA_MODE_FORWARD;
+      else if (v == "training")
+        o.mode = KOILA_MODE_TRAINING;
+      else
+        usage_error("--mode '" + v + "': expected forward or training");
     } else if (name == "--loss") {
       const std::string v = value();
       if (v.rfind("cross_entropy:", 0) == 0) {
@@ -184,11 +191,16 @@ bool parse_options(const std::vector<std::string>& args, Options* out) {
       }
     } else if (name == "--optimizer") {
       const std::string v = value();
-      if (v == "sgd") o.optimizer = OptimizerKind::Sgd;
-      else if (v == "sgd-momentum") o.optimizer = OptimizerKind::SgdMomentum;
-      else if (v == "adam") o.optimizer = OptimizerKind::Adam;
-      else if (v == "none") o.optimizer = OptimizerKind::None;
-      else usage_error("--optimizer '" + v + "': expected sgd, sgd-momentum, adam or none");
+      if (v == "sgd")
+        o.optimizer = OptimizerKind::Sgd;
+      else if (v == "sgd-momentum")
+        o.optimizer = OptimizerKind::SgdMomentum;
+      else if (v == "adam")
+        o.optimizer = OptimizerKind::Adam;
+      else if (v == "none")
+        o.optimizer = OptimizerKind::None;
+      else
+        usage_error("--optimizer '" + v + "': expected sgd, sgd-momentum, adam or none");
     } else if (name == "--budget") {
       o.budget = parse_bytes(value());
     } else if (name == "--svg") {
@@ -200,11 +212,13 @@ bool parse_options(const std::vector<std::string>& args, Options* out) {
   }
   if (positional.empty()) usage_error("missing command: plan or fit");
   o.command = positional[0];
-  if (o.command != "plan" && o.command != "fit") usage_error("unknown command '" + o.command + "': expected plan or fit");
+  if (o.command != "plan" && o.command != "fit")
+    usage_error("unknown command '" + o.command + "': expected plan or fit");
   if (positional.size() < 2) usage_error("missing MODEL.pt (a TorchScript module: torch.jit.script(model).save(path))");
   if (positional.size() > 2) usage_error("unexpected argument '" + positional[2] + "'");
   o.model = positional[1];
-  if (o.inputs.empty()) usage_error("missing --input: one per argument of the model's forward, as 3x224x224 or 128:int64");
+  if (o.inputs.empty())
+    usage_error("missing --input: one per argument of the model's forward, as 3x224x224 or 128:int64");
   if (!batch_given) usage_error("missing --batch: the number of samples in a batch");
   if (o.mode == KOILA_MODE_TRAINING && o.loss == Loss::None)
     usage_error("--mode training needs --loss (cross_entropy:C, mse or mean)");

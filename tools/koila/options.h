@@ -14,7 +14,7 @@ namespace koila_cli {
 struct InputSpec {
   std::vector<int64_t> shape;  // one sample's shape (the batch dim 0 is added in front)
   koila_dtype dtype = KOILA_FLOAT32;
-  std::string text;            // as given, for reports
+  std::string text;  // as given, for reports
 };
 
 enum class Loss { None, CrossEntropy, Mse, Mean };

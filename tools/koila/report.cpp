@@ -17,9 +17,10 @@ std::string describe(const koila_plan* plan) {
 // What was in use before the run (`in_use` bytes), by what the command made.
 void in_use_parts(const Session& s, uint64_t in_use, uint64_t input_bytes, std::vector<Part>& parts) {
   const uint64_t buffers = s.module_bytes() > s.parameter_bytes() ? s.module_bytes() - s.parameter_bytes() : 0;
-  parts.push_back({"parameters", s.parameter_bytes(), "exact",
-                   std::to_string(s.num_parameters()) + " tensors of the module"});
-  if (buffers > 0) parts.push_back({"module buffers", buffers, "measured", "the module's memory beyond its parameters"});
+  parts.push_back(
+      {"parameters", s.parameter_bytes(), "exact", std::to_string(s.num_parameters()) + " tensors of the module"});
+  if (buffers > 0)
+    parts.push_back({"module buffers", buffers, "measured", "the module's memory beyond its parameters"});
   parts.push_back({"inputs and targets", input_bytes, "exact", "the batch, held while it runs"});
   if (s.optimizer_bytes() > 0)
     parts.push_back({"optimizer state", s.optimizer_bytes(), "exact",
@@ -89,16 +90,19 @@ PlanReport make_plan_report(Session& session, const BatchPlan& b) {
   if (training(session)) {
     r.parts.push_back({"activations kept for backward", t.parts[KOILA_PART_ACTIVATIONS], "simulated",
                        "allocated by the forward, held at the peak"});
-    r.parts.push_back({"gradients", t.parts[KOILA_PART_GRADIENTS], "simulated", training_split ? ".grad of the parameters held at the peak"
-                                   : ".grad held at the peak (an unsplit run adds them at its end)"});
+    r.parts.push_back({"gradients", t.parts[KOILA_PART_GRADIENTS], "simulated",
+                       training_split ? ".grad of the parameters held at the peak"
+                                      : ".grad held at the peak (an unsplit run adds them at its end)"});
   } else {
-    r.parts.push_back({"activations", t.parts[KOILA_PART_ACTIVATIONS], "simulated", "results still needed at the peak"});
+    r.parts.push_back(
+        {"activations", t.parts[KOILA_PART_ACTIVATIONS], "simulated", "results still needed at the peak"});
   }
   r.parts.push_back({"temporaries", t.parts[KOILA_PART_TEMPORARIES], "simulated",
                      training(session) ? "gradients of activations, buffers of the op at the peak"
                                        : "buffers of the op at the peak"});
   const bool calibrated = r.description.find("calibrated by real probes") != std::string::npos;
-  r.parts.push_back({"backend workspaces", t.parts[KOILA_PART_BEYOND_SIMULATION], calibrated ? "calibrated" : "observed",
+  r.parts.push_back({"backend workspaces", t.parts[KOILA_PART_BEYOND_SIMULATION],
+                     calibrated ? "calibrated" : "observed",
                      calibrated ? "what real probes took beyond the simulation (oneDNN, cuDNN, cuBLAS)"
                                 : "peaks of earlier runs beyond the simulation"});
   return r;
@@ -181,7 +185,12 @@ void plan_json(Json& j, const PlanReport& r) {
       .field("description", r.description);
   j.begin_array("memory");
   for (const Part& p : r.parts)
-    j.begin_object().field("part", p.name).field("bytes", p.bytes).field("source", p.source).field("note", p.note).end_object();
+    j.begin_object()
+        .field("part", p.name)
+        .field("bytes", p.bytes)
+        .field("source", p.source)
+        .field("note", p.note)
+        .end_object();
   j.end_array();
   timeline_json(j, "timeline", r.planned);
   timeline_json(j, "unsplit_timeline", r.unsplit);

@@ -53,7 +53,8 @@ Tensor lazy_input(const std::vector<int64_t>& shape, koila_dtype dtype, uint64_t
     uint64_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
     const std::vector<unsigned char> data = integer_data(numel, dtype, dtype == KOILA_BOOL ? 2 : high);
-    check(koila_tensor_from_data(&raw, data.data(), data.size(), dtype, shape.data(), shape.size(), device.c_str()), what);
+    check(koila_tensor_from_data(&raw, data.data(), data.size(), dtype, shape.data(), shape.size(), device.c_str()),
+          what);
   }
   keep.emplace_back(raw);
   koila_tensor* lazy = nullptr;
@@ -128,7 +129,8 @@ Tensor Session::make_loss(koila_tensor* output, BatchPlan& b) {
                        shape_text(b.output_shape) + ", not [batch, " + std::to_string(o_.classes) + ", ...]");
       std::vector<int64_t> shape = b.output_shape;
       shape.erase(shape.begin() + 1);
-      Tensor target = lazy_input(shape, KOILA_INT64, static_cast<uint64_t>(o_.classes), o_.device, b.keep, "the loss's target");
+      Tensor target =
+          lazy_input(shape, KOILA_INT64, static_cast<uint64_t>(o_.classes), o_.device, b.keep, "the loss's target");
       check(koila_cross_entropy(&loss, output, target.get(), KOILA_REDUCTION_MEAN), "--loss cross_entropy");
       b.keep.push_back(std::move(target));
       break;
@@ -142,9 +144,7 @@ Tensor Session::make_loss(koila_tensor* output, BatchPlan& b) {
       b.keep.push_back(std::move(target));
       break;
     }
-    case Loss::Mean:
-      check(koila_mean(&loss, output, nullptr, 0, 0), "--loss mean");
-      break;
+    case Loss::Mean: check(koila_mean(&loss, output, nullptr, 0, 0), "--loss mean"); break;
   }
   return Tensor(loss);
 }
@@ -162,8 +162,7 @@ BatchPlan Session::plan_batch(int64_t n) {
     b.keep.push_back(std::move(x));
   }
   koila_tensor* out = nullptr;
-  check(koila_module_forward(&out, module_.get(), args.data(), args.size()),
-        "the model does not accept the inputs");
+  check(koila_module_forward(&out, module_.get(), args.data(), args.size()), "the model does not accept the inputs");
   Tensor output(out);
   b.output_shape = shape_of(output.get());
   Tensor loss = make_loss(output.get(), b);

@@ -99,8 +99,10 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
   for (size_t i = 0; i < n; ++i) {
     const double xa = kLeft + plot_w * static_cast<double>(i) / static_cast<double>(n);
     const double xb = kLeft + plot_w * static_cast<double>(i + 1) / static_cast<double>(n);
-    peak_points += num(xa) + "," + num(y_of(t.events[i].peak)) + " " + num(xb) + "," + num(y_of(t.events[i].peak)) + " ";
-    live_points += num(xa) + "," + num(y_of(t.events[i].live)) + " " + num(xb) + "," + num(y_of(t.events[i].live)) + " ";
+    peak_points +=
+        num(xa) + "," + num(y_of(t.events[i].peak)) + " " + num(xb) + "," + num(y_of(t.events[i].peak)) + " ";
+    live_points +=
+        num(xa) + "," + num(y_of(t.events[i].live)) + " " + num(xb) + "," + num(y_of(t.events[i].live)) + " ";
   }
   o << "<polyline points=\"" << peak_points << "\" class=\"peak\"/>\n";
   o << "<polyline points=\"" << live_points << "\" class=\"live\"/>\n";
@@ -134,8 +136,7 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
   label += "): " + human_bytes(p.peak) + " simulated";
   o << "<circle cx=\"" << num(kLeft + 5) << "\" cy=\"" << num(bottom + 18) << "\" r=\"5\" class=\"peak-dot\"/>\n";
   o << text(kLeft + 15, bottom + 23, label, "class=\"label peak-label\"");
-  o << text(kLeft + plot_w, bottom + 23,
-            "operators in execution order (" + std::to_string(n) + "); shaded: backward",
+  o << text(kLeft + plot_w, bottom + 23, "operators in execution order (" + std::to_string(n) + "); shaded: backward",
             "class=\"tick\" text-anchor=\"end\"");
   return o.str();
 }
@@ -149,12 +150,12 @@ std::string timeline_svg(const PlanReport& r, const Session& session) {
     panels.push_back({&r.planned, "Planned: " + std::to_string(r.chunks) + " chunks of " + std::to_string(r.chunk) +
                                       " (" + mode + " of the first two chunks, as simulated)"});
   if (r.unsplit.available)
-    panels.push_back({&r.unsplit, std::string("Unsplit: the batch of ") + std::to_string(r.batch) + " at once (" + mode +
-                                      (r.chunks > 1 ? "; does not fit" : "; fits, as planned") + ")"});
-  if (panels.empty())
-    throw CliError("--svg: no timeline for this plan: " + r.planned.why_not);
+    panels.push_back({&r.unsplit, std::string("Unsplit: the batch of ") + std::to_string(r.batch) + " at once (" +
+                                      mode + (r.chunks > 1 ? "; does not fit" : "; fits, as planned") + ")"});
+  if (panels.empty()) throw CliError("--svg: no timeline for this plan: " + r.planned.why_not);
   uint64_t top_bytes = 0;
-  for (const auto& [t, title] : panels) top_bytes = std::max(top_bytes, std::max(t->total(), t->events[t->peak_index].peak));
+  for (const auto& [t, title] : panels)
+    top_bytes = std::max(top_bytes, std::max(t->total(), t->events[t->peak_index].peak));
   // The budget is drawn when it is within reach of the curves (else named at the top).
   if (r.budget <= top_bytes * 3) top_bytes = std::max(top_bytes, r.budget);
   const uint64_t scale = axis_top(top_bytes + top_bytes / 20 + 1);

@@ -19,7 +19,7 @@ struct TimelineEvent {
 
 struct TimelineData {
   bool available = false;
-  std::string why_not;     // when not available (the simulation failed: figures were measured)
+  std::string why_not;  // when not available (the simulation failed: figures were measured)
   bool unsplit = true;
   std::vector<TimelineEvent> events;
   size_t peak_index = 0;
