@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "api/handles.h"
 #include "base/error.h"
 #include "graph/meta_kernels.h"
 #include "helpers.h"

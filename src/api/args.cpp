@@ -1,6 +1,6 @@
 #include "api/args.h"
 
-#include "api/handles.h"
+#include "api/tensor_handle.h"
 
 namespace koila::arg {
 

@@ -1,6 +1,5 @@
 // The C entry points for chunking options: global settings that apply to every planned run.
 #include "api/args.h"
-#include "api/handles.h"
 #include "base/error.h"
 #include "plan/chunking_options.h"
 #include "run/progress.h"

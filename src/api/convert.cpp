@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "api/args.h"
-#include "api/handles.h"
 #include "base/dims.h"
 #include "base/error.h"
 #include "base/text.h"

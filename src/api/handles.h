@@ -1,21 +1,17 @@
-// Every handle a C caller holds (koila.h declares them opaque), and the helpers that turn a
-// handle argument into what the engine works with. Only api/ sees these structs.
+// Every handle a C caller holds (koila.h declares them opaque) but the tensor's
+// (tensor_handle.h, which entries that only take tensors include alone: this header pulls in
+// TorchScript, the optimizers and c10d). Only api/ sees these structs.
 #pragma once
 
 #include <torch/optim/optimizer.h>
 
 #include <memory>
 
+#include "api/tensor_handle.h"
 #include "dist/group.h"
-#include "graph/graph.h"
 #include "module/module.h"
 #include "plan/planner.h"
 #include "plan/timeline.h"
-
-// A lazy tensor: shares the node, so a copy of the handle is the same tensor.
-struct koila_tensor {
-  koila::NodePtr node;
-};
 
 // A TorchScript module (koila_module_load).
 struct koila_module : koila::LoadedModule {};
@@ -38,13 +34,3 @@ struct koila_timeline {
 struct koila_group {
   std::unique_ptr<koila::Group> group;
 };
-
-namespace koila {
-
-koila_tensor* new_handle(NodePtr node);
-// The node behind a handle; fails when the handle is NULL. `what` names the argument.
-const NodePtr& node_of(const koila_tensor* t, const char* what);
-// The node behind an optional handle (NULL gives NULL).
-NodePtr optional_node(const koila_tensor* t);
-
-}  // namespace koila

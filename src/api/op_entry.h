@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "api/args.h"
-#include "api/handles.h"
+#include "api/tensor_handle.h"
 
 namespace koila {
 

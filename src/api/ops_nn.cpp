@@ -1,8 +1,8 @@
 // The thin C entries of ops/nn.cpp: each decodes its C arguments and calls the engine.
 #include "api/args.h"
 #include "api/convert.h"
-#include "api/handles.h"
 #include "api/op_entry.h"
+#include "api/tensor_handle.h"
 #include "ops/common.h"
 #include "ops/nn.h"
 

@@ -1,7 +1,7 @@
 // The thin C entries of ops/shape.cpp: each decodes its C arguments and calls the engine.
 #include "api/args.h"
-#include "api/handles.h"
 #include "api/op_entry.h"
+#include "api/tensor_handle.h"
 #include "ops/shape.h"
 
 using namespace koila;

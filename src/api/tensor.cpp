@@ -7,7 +7,7 @@
 
 #include "api/args.h"
 #include "api/convert.h"
-#include "api/handles.h"
+#include "api/tensor_handle.h"
 #include "base/dims.h"
 #include "base/error.h"
 #include "base/text.h"

@@ -1,4 +1,4 @@
-#include "api/handles.h"
+#include "api/tensor_handle.h"
 
 #include <string>
 
