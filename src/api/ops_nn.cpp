@@ -29,6 +29,21 @@ koila_status* convolution(const char* entry, Convolution op, size_t spatial, koi
   });
 }
 
+using Pool = NodePtr (*)(const char*, const NodePtr&, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                         bool);
+
+// koila_max_pool2d and koila_avg_pool2d: stride NULL is the kernel, padding NULL is 0.
+koila_status* pool(const char* entry, Pool op, koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
+                   const int64_t* stride, const int64_t* padding, int ceil_mode) {
+  return op_entry(entry, out, [&](const char* name) {
+    const NodePtr& input = node_of(x, "x");
+    std::vector<int64_t> k = arg::ints(kernel, 2, "kernel");
+    const bool ceil = arg::flag(ceil_mode, "ceil_mode");
+    std::vector<int64_t> s = stride ? arg::ints(stride, 2, "stride") : k;
+    return op(name, input, std::move(k), std::move(s), arg::ints_or(padding, 2, 0), ceil);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -64,24 +79,12 @@ KOILA_API koila_status* koila_conv2d(koila_tensor** out, const koila_tensor* x, 
 
 KOILA_API koila_status* koila_max_pool2d(koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
                                          const int64_t* stride, const int64_t* padding, int ceil_mode) {
-  return op_entry(__func__, out, [&](const char* name) {
-    const NodePtr& input = node_of(x, "x");
-    std::vector<int64_t> k = arg::ints(kernel, 2, "kernel");
-    const bool ceil = arg::flag(ceil_mode, "ceil_mode");
-    std::vector<int64_t> s = stride ? arg::ints(stride, 2, "stride") : k;
-    return ops::max_pool2d(name, input, std::move(k), std::move(s), arg::ints_or(padding, 2, 0), ceil);
-  });
+  return pool(__func__, ops::max_pool2d, out, x, kernel, stride, padding, ceil_mode);
 }
 
 KOILA_API koila_status* koila_avg_pool2d(koila_tensor** out, const koila_tensor* x, const int64_t* kernel,
                                          const int64_t* stride, const int64_t* padding, int ceil_mode) {
-  return op_entry(__func__, out, [&](const char* name) {
-    const NodePtr& input = node_of(x, "x");
-    std::vector<int64_t> k = arg::ints(kernel, 2, "kernel");
-    const bool ceil = arg::flag(ceil_mode, "ceil_mode");
-    std::vector<int64_t> s = stride ? arg::ints(stride, 2, "stride") : k;
-    return ops::avg_pool2d(name, input, std::move(k), std::move(s), arg::ints_or(padding, 2, 0), ceil);
-  });
+  return pool(__func__, ops::avg_pool2d, out, x, kernel, stride, padding, ceil_mode);
 }
 
 KOILA_API koila_status* koila_adaptive_avg_pool2d(koila_tensor** out, const koila_tensor* x,
