@@ -25,57 +25,12 @@
 
 #include "bench_common.h"
 #include "plan/memo.h"
+#include "small_op_graph.h"
 
 namespace {
 
+using bench::SmallOpGraph;
 using koila_models::Handle;
-
-constexpr int kLayers = 500, kBatch = 32;
-int kWidth = 32;            // features of every layer (argument 2)
-bool kZeroInPlace = false;  // argument 3
-
-struct Net {
-  std::vector<at::Tensor> w, b;
-  std::vector<Handle> wh, bh;
-  Net() {
-    at::manual_seed(0);
-    for (int i = 0; i < kLayers; ++i) {
-      w.push_back((at::randn({kWidth, kWidth}) / std::sqrt(static_cast<double>(kWidth))).requires_grad_(true));
-      b.push_back(at::zeros({kWidth}).requires_grad_(true));
-      wh.push_back(koila_models::share(w.back()));
-      bh.push_back(koila_models::share(b.back()));
-    }
-  }
-  // 1 input node + 500 x (linear, tanh) = 1001 nodes, then the loss.
-  Handle lazy_loss(const at::Tensor& xs) const {
-    Handle h = koila_models::lazy(xs, 0);
-    for (int i = 0; i < kLayers; ++i) {
-      koila_tensor* out = nullptr;
-      bench::check(koila_linear(&out, h.get(), wh[i].get(), bh[i].get()), "koila_linear");
-      Handle lin(out);
-      bench::check(koila_tanh(&out, lin.get()), "koila_tanh");
-      h = Handle(out);
-    }
-    koila_tensor* loss = nullptr;
-    bench::check(koila_mean(&loss, h.get(), nullptr, 0, 0), "koila_mean");
-    return Handle(loss);
-  }
-  // After a step through koila: its C API when zeroing in place.
-  void zero_grad_lazy() const {
-    if (!kZeroInPlace) return zero_grad();
-    for (const Handle& h : wh) bench::check(koila_tensor_zero_grad(h.get()), "koila_tensor_zero_grad");
-    for (const Handle& h : bh) bench::check(koila_tensor_zero_grad(h.get()), "koila_tensor_zero_grad");
-  }
-  void zero_grad() const {
-    for (const std::vector<at::Tensor>* params : {&w, &b})
-      for (const at::Tensor& t : *params) {
-        if (!kZeroInPlace)
-          t.mutable_grad() = at::Tensor();
-        else if (t.grad().defined())
-          t.mutable_grad().zero_();
-      }
-  }
-};
 
 double plan_seconds(const koila_tensor* loss) {
   const double start = bench::now_seconds();
@@ -90,19 +45,20 @@ double plan_seconds(const koila_tensor* loss) {
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 41;
-  if (argc > 2) kWidth = std::atoi(argv[2]);
+  const int width = argc > 2 ? std::atoi(argv[2]) : 32;
+  bool zero_in_place = false;
   if (argc > 3) {
     const std::string mode = argv[3];
     if (mode != "absent" && mode != "zeroed") {
       std::fprintf(stderr, "usage: %s [repeats] [width] [absent|zeroed]\n", argv[0]);
       return 2;
     }
-    kZeroInPlace = mode == "zeroed";
+    zero_in_place = mode == "zeroed";
   }
   // The lazy and the eager step each train their own copy of the parameters (equal at the
   // start), so that each finds its .grad as it left them.
-  const Net net, eager_net;
-  const at::Tensor xs = at::randn({kBatch, kWidth});
+  const SmallOpGraph net(width, zero_in_place), eager_net(width, zero_in_place);
+  const at::Tensor xs = net.input();
 
   Handle first = net.lazy_loss(xs);
   const double first_plan = plan_seconds(first.get());
@@ -131,10 +87,7 @@ int main(int argc, char** argv) {
                                                       },
                                                       [&] { Handle loss = net.lazy_loss(xs); },
                                                       [&] {
-                                                        at::Tensor h = xs;
-                                                        for (int i = 0; i < kLayers; ++i)
-                                                          h = at::tanh(at::linear(h, eager_net.w[i], eager_net.b[i]));
-                                                        h.mean().backward();
+                                                        eager_net.eager_step(xs);
                                                         eager_net.zero_grad();
                                                       },
                                                   });
@@ -146,8 +99,8 @@ int main(int argc, char** argv) {
   std::printf(
       "| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.1f ms | %.2f ms | %.1f ms | %.1f ms | "
       "%.1f ms | %.3f |\n",
-      kLayers, kBatch, kWidth, 2 * kLayers + 1, kZeroInPlace ? "zeroed" : "absent", first_plan * 1e3,
-      firsts.empty() ? 0.0 : bench::median(firsts) * 1e3, bench::median(rebuilt) * 1e3, times[0] * 1e3, times[1] * 1e3,
-      times[2] * 1e3, times[0] / times[2]);
+      SmallOpGraph::kLayers, SmallOpGraph::kBatch, width, 2 * SmallOpGraph::kLayers + 1,
+      zero_in_place ? "zeroed" : "absent", first_plan * 1e3, firsts.empty() ? 0.0 : bench::median(firsts) * 1e3,
+      bench::median(rebuilt) * 1e3, times[0] * 1e3, times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
   return 0;
 }

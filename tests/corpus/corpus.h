@@ -206,6 +206,19 @@ inline Outcome read_into(const koila_tensor* t, at::Tensor& out) {
   return outcome(koila_tensor_to_host(t, out.data_ptr(), out.numel() * out.element_size()));
 }
 
+// The module's parameters, in named_parameters() order.
+inline std::vector<Tensor> parameters_of(koila_module* m) {
+  size_t n = 0;
+  check(koila_module_num_parameters(m, &n), "koila_module_num_parameters");
+  std::vector<Tensor> params;
+  for (size_t i = 0; i < n; ++i) {
+    koila_tensor* p = nullptr;
+    check(koila_module_parameter(&p, m, i), "koila_module_parameter");
+    params.emplace_back(p);
+  }
+  return params;
+}
+
 // A model loaded through koila with the lazy graph built: logits = model(x), loss = mean
 // cross entropy of logits and y. x and y are lazy with batch dim 0.
 struct Graph {
@@ -219,12 +232,8 @@ struct Graph {
     check(koila_module_load(&m, (dir + "/" + name + ".pt").c_str(), "cpu"), "koila_module_load " + name);
     module.reset(m);
     check(koila_module_train(m, train ? 1 : 0), "koila_module_train");
-    size_t n = 0;
-    check(koila_module_num_parameters(m, &n), "koila_module_num_parameters");
-    for (size_t i = 0; i < n; ++i) {
-      koila_tensor* p = nullptr;
-      check(koila_module_parameter(&p, m, i), "koila_module_parameter");
-      params.emplace_back(p);
+    params = parameters_of(m);
+    for (size_t i = 0; i < params.size(); ++i) {
       param_names.push_back(text_of(
           [&](char* buf, size_t n, size_t* needed) { return koila_module_parameter_name(m, i, buf, n, needed); },
           "koila_module_parameter_name"));

@@ -1,0 +1,275 @@
+// Benchmark 12 (issue 26): what a training step through a module costs in koila when the
+// batch fits. For every model of the real-model corpus (tests/corpus), in each module mode
+// it has references for, at its corpus batch, through the C API:
+//
+//   lazy step    zero the gradients, wrap the batch and the targets with koila_lazy, call
+//                the module (koila_module_forward), the mean cross entropy, koila_backward:
+//                what a training loop does each step (its graph is built anew every step);
+//   eager step   the same with concrete inputs: every call computes at once;
+//   LibTorch     the same module loaded by LibTorch itself (its own copy), run operator by
+//                operator as koila runs modules, at::cross_entropy_loss, backward.
+//
+// The three take turns, step by step, after two steps of each
+// (a structure's first and second plans differ: its .grad go from absent to zeroed). The
+// first lazy and eager steps of each model are shown apart: the first lazy step infers the
+// call, simulates and probes the structure; "again" is the median of three more first lazy
+// steps, each on the module loaded anew with every graph record forgotten, once LibTorch's
+// own first calls are behind. "of which building" is the median time of the
+// lazy step's koila_module_forward and koila_cross_entropy calls. Step times are medians;
+// "lazy / eager" is the median, and in brackets the quartiles, of the ratios of each lazy
+// step to the eager step right after it (so that the machine's drift touches both alike);
+// "lazy - eager" the difference of the median times. The last row is the
+// 1001-node small-op graph of bench_planning (500 x (linear + tanh), batch 32, width 32,
+// .grad zeroed in place), lazy against plain LibTorch.
+//
+// A model whose eager step takes less than 3 s / repeats gets more repeats (about 3 s of
+// steps of each kind, at most 40 x repeats); "lazy - eager" is the difference of the medians.
+//
+//   module_steps [device] [repeats] [corpus dir] [model]
+//     (default cpu, 11, the build tree's corpus, every model.)
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "plan/memo.h"
+#include "small_op_graph.h"
+
+using namespace koila_corpus;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+Tensor on_device(const at::Tensor& t, const std::string& device) {
+  const at::Tensor c = t.contiguous();
+  const koila_dtype dtype = c.scalar_type() == at::kLong ? KOILA_INT64 : KOILA_FLOAT32;
+  koila_tensor* out = nullptr;
+  check(koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(), c.dim(),
+                               device.c_str()),
+        "koila_tensor_from_data");
+  return Tensor(out);
+}
+
+// One corpus model in one module mode, loaded twice: through koila, and by LibTorch itself.
+struct Model {
+  std::string device;
+  Module module;
+  std::vector<Tensor> params;
+  Tensor input, target;  // concrete, on the device
+  torch::jit::Module plain;
+  std::vector<at::Tensor> plain_params;
+  at::Tensor plain_input, plain_target;
+  double building = 0;  // the last lazy step's module and loss calls, seconds
+
+  Model(const std::string& dir, const std::string& name, const std::string& mode, const Reference& ref,
+        const std::string& dev)
+      : device(dev) {
+    koila_module* m = nullptr;
+    check(koila_module_load(&m, (dir + "/" + name + ".pt").c_str(), dev.c_str()), "koila_module_load " + name);
+    module.reset(m);
+    check(koila_module_train(m, mode == "train" ? 1 : 0), "koila_module_train");
+    params = parameters_of(m);
+    input = on_device(ref.input, dev);
+    target = on_device(ref.target, dev);
+    plain = torch::jit::load(dir + "/" + name + ".pt", at::Device(dev));
+    plain.train(mode == "train");
+    for (const at::Tensor& p : plain.parameters()) plain_params.push_back(p);
+    plain_input = ref.input.to(at::Device(dev));
+    plain_target = ref.target.to(at::Device(dev));
+  }
+
+  void zero_grad() const {
+    for (const Tensor& p : params) check(koila_tensor_zero_grad(p.get()), "koila_tensor_zero_grad");
+  }
+
+  // Waits for the device: reads the last parameter's gradient (a classifier's bias).
+  void sync() const {
+    if (device == "cpu" || params.empty()) return;
+    koila_tensor* g = nullptr;
+    check(koila_tensor_grad(&g, params.back().get()), "koila_tensor_grad");
+    Tensor grad(g);
+    if (!grad) return;
+    size_t ndim = 0;
+    int64_t dims[8];
+    check(koila_tensor_shape(grad.get(), dims, 8, &ndim), "koila_tensor_shape");
+    at::Tensor host = at::empty(std::vector<int64_t>(dims, dims + ndim));
+    check(koila_tensor_to_host(grad.get(), host.data_ptr(), host.numel() * sizeof(float)), "koila_tensor_to_host");
+  }
+
+  // One training step through koila, with lazy (`lazy_inputs`) or concrete inputs.
+  void step(bool lazy_inputs) {
+    zero_grad();
+    Tensor x, y;
+    if (lazy_inputs) {
+      x = lazy(input.get(), 0);
+      y = lazy(target.get(), 0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    koila_tensor* in[] = {lazy_inputs ? x.get() : input.get()};
+    koila_tensor* out = nullptr;
+    check(koila_module_forward(&out, module.get(), in, 1), "koila_module_forward");
+    Tensor logits(out);
+    check(koila_cross_entropy(&out, logits.get(), lazy_inputs ? y.get() : target.get(), KOILA_REDUCTION_MEAN),
+          "koila_cross_entropy");
+    Tensor loss(out);
+    if (lazy_inputs) building = seconds_since(start);
+    check(koila_backward(loss.get()), "koila_backward");
+    sync();
+  }
+
+  // The same step in LibTorch alone.
+  void plain_step() {
+    for (at::Tensor& p : plain_params)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    torch::jit::GraphOptimizerEnabledGuard op_by_op(false);
+    const at::Tensor logits = plain.forward({plain_input}).toTensor();
+    at::cross_entropy_loss(logits, plain_target).backward();
+    if (device != "cpu" && !plain_params.empty()) plain_params.back().grad().sum().item<float>();
+  }
+};
+
+template <class F>
+double timed(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return seconds_since(start);
+}
+
+struct Row {
+  double first_lazy = 0, first_eager = 0;
+  std::vector<double> firsts;  // first lazy steps again: a module loaded anew, every record forgotten
+  std::vector<double> lazy, eager, plain, building;
+};
+
+// The q-quantile of v (0 <= q <= 1).
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// Each lazy step over the eager step that followed it: the machine's drift (other load,
+// clock changes) touches both alike.
+std::vector<double> paired_ratios(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
+  return r;
+}
+
+void print_row(const std::string& what, int64_t batch, const Row& r) {
+  const double lazy = median(r.lazy), eager = median(r.eager), plain = median(r.plain);
+  const std::vector<double> ratios = paired_ratios(r.lazy, r.eager), plain_ratios = paired_ratios(r.lazy, r.plain);
+  char building[32] = "–";
+  if (!r.building.empty()) std::snprintf(building, sizeof building, "%.2f ms", median(r.building) * 1e3);
+  std::printf(
+      "| %s | %lld | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %s | %.2f ms | **%.3f** (%.3f-%.3f) | %+.0f us | %zu | "
+      "%.2f "
+      "ms | %.3f |\n",
+      what.c_str(), static_cast<long long>(batch), r.first_lazy * 1e3, r.first_eager * 1e3, median(r.firsts) * 1e3,
+      lazy * 1e3, building, eager * 1e3, median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75),
+      (lazy - eager) * 1e6, r.lazy.size(), plain * 1e3, median(plain_ratios));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string device = argc > 1 ? argv[1] : "cpu";
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 11;
+  const std::string dir = argc > 3 ? argv[3] : KOILA_CORPUS_DIR;
+  const std::string only = argc > 4 ? argv[4] : "";
+  if (repeats < 1) {
+    std::fprintf(stderr, "usage: %s [device] [repeats >= 1] [corpus dir] [model]\n", argv[0]);
+    return 2;
+  }
+  std::vector<Entry> entries;
+  try {
+    entries = read_manifest(dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  try {
+    std::printf("## Training step through a module, lazy against eager (%s, %d repeats)\n\n", device.c_str(), repeats);
+    std::printf(
+        "| model (module mode) | batch | first lazy step | first eager step | first lazy step again | lazy step | of "
+        "which building | eager step | lazy / eager | lazy - eager | steps | LibTorch step | lazy / LibTorch |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const Entry& e : entries) {
+      if (!only.empty() && e.name != only) continue;
+      for (const std::string& mode : e.modes) {
+        const Reference ref = read_reference(dir, e.name, mode);
+        Model m(dir, e.name, mode, ref, device);
+        Row r;
+        r.first_eager = timed([&] { m.step(false); });
+        r.first_lazy = timed([&] { m.step(true); });
+        // A structure's first lazy step again, on the same module loaded anew (nothing
+        // inferred) with every graph record forgotten (nothing simulated or probed), once
+        // LibTorch's own first calls are behind: median of 3.
+        for (int i = 0; i < 3; ++i) {
+          Model fresh(dir, e.name, mode, ref, device);
+          koila::testing::forget_graph_records();
+          r.firsts.push_back(timed([&] { fresh.step(true); }));
+        }
+        double warm = 0;
+        for (int i = 0; i < 2; ++i) {
+          m.step(true);
+          warm = timed([&] { m.step(false); });
+          m.plain_step();
+        }
+        // Small models get more steps (about 3 s of each kind), as their medians move more.
+        const int n = std::clamp(static_cast<int>(3.0 / std::max(warm, 1e-6)), repeats, 40 * repeats);
+        for (int i = 0; i < n; ++i) {
+          r.lazy.push_back(timed([&] { m.step(true); }));
+          r.building.push_back(m.building);
+          r.eager.push_back(timed([&] { m.step(false); }));
+          r.plain.push_back(timed([&] { m.plain_step(); }));
+        }
+        print_row(e.name + " (" + mode + ")", ref.input.size(0), r);
+      }
+    }
+    if (only.empty() && device == "cpu") {
+      // The small-op graph: koila's own ops, so "eager" is plain LibTorch.
+      const bench::SmallOpGraph net(32, /*zero_in_place=*/true), eager_net(32, true);
+      const at::Tensor xs = net.input();
+      Row r;
+      auto lazy_step = [&] {
+        koila_models::Handle loss = net.lazy_loss(xs);
+        bench::check(koila_backward(loss.get()), "koila_backward");
+        net.zero_grad_lazy();
+      };
+      auto eager_step = [&] {
+        eager_net.eager_step(xs);
+        eager_net.zero_grad();
+      };
+      r.first_lazy = timed(lazy_step);
+      r.first_eager = timed(eager_step);
+      for (int i = 0; i < 3; ++i) {
+        koila::testing::forget_graph_records();
+        r.firsts.push_back(timed(lazy_step));
+      }
+      for (int i = 0; i < 2; ++i) {
+        lazy_step();
+        eager_step();
+      }
+      for (int i = 0; i < std::max(repeats, 101); ++i) {
+        r.lazy.push_back(timed(lazy_step));
+        r.eager.push_back(timed(eager_step));
+      }
+      r.plain = r.eager;
+      print_row("500 x (linear + tanh), 1001 nodes", bench::SmallOpGraph::kBatch, r);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
+  return 0;
+}
