@@ -230,7 +230,9 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in
    use plus the device's free memory (for CPU what the kernel reports available, within
    any cgroup limit; for CUDA what the driver reports free plus what the caching allocator
-   holds unused), less a tenth of that free memory as a safety margin. Thread-safe. */
+   holds unused), less a tenth of that free memory as a safety margin. The CPU's figure is
+   read from the kernel at most every 50 ms (a reading costs as much as planning a small
+   step); in between it follows what koila's own tensors take and give back. Thread-safe. */
 KOILA_API koila_status *koila_set_memory_budget(const char *device, uint64_t bytes);
 /* The budget in force (the automatic one resolved now). */
 KOILA_API koila_status *koila_memory_budget(const char *device, uint64_t *out);
@@ -583,6 +585,23 @@ KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
 /* caller's own runs of the module are not affected. If an op inside a module has no Meta */
 /* kernel in this LibTorch, shapes come from the probe and the plan's estimate is coarse  */
 /* (its description says so) and does not see the module's inner activations.            */
+/*                                                                                        */
+/* What a call's meta runs and probe find is remembered per structure of call, so that a */
+/* training loop that calls a module on a new batch every step infers it once, not every  */
+/* step. A structure is: the module handle (a module loaded again starts afresh), the     */
+/* training flag of each of its submodules, and for each input whether it is lazy, its    */
+/* dtype, device, batch dim and shape apart from the batch size; batches of one, of two   */
+/* and of three or more samples are probed differently and count as three structures.    */
+/* Changing any of these infers the call anew (koila_module_train, another input shape).  */
+/* What changes between steps does not: parameters, buffers and the inputs' contents      */
+/* change the values a call computes, not its result's shape, where its batch goes or     */
+/* whether it mixes samples, because the memo is used only for modules whose shapes come  */
+/* from the meta runs, where no op can branch on a tensor's values. At a batch size the   */
+/* structure was not called with yet, one meta run checks that the result still follows  */
+/* the batch size along the same dim; a module whose result depends on the batch size in  */
+/* any other way (or that has ops without Meta kernels) is inferred at every call. A      */
+/* module's other attributes (those its forward reads besides `training`) are not part of */
+/* the structure: koila's API cannot change them.                                         */
 /* ------------------------------------------------------------------------------------ */
 
 /* Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or

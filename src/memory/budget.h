@@ -10,7 +10,9 @@ namespace koila {
 
 // 0 = automatic.
 void set_budget(const c10::Device& device, uint64_t bytes);
-// The budget in force: the one set, or current + free bytes less a safety margin.
+// The budget in force: the one set, or current + free bytes less a safety margin (on the
+// CPU, the machine's free memory is read at most every 50 ms, and meanwhile follows what
+// koila's tensors take and give back).
 uint64_t budget(const c10::Device& device);
 
 // While it lives, CPU allocations made on this thread that would take what tensors hold on

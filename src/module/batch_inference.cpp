@@ -31,7 +31,7 @@ int64_t meta_batch_dim(const Call& call, const std::vector<const Meta*>& in, con
                        std::string* why) {
   const int64_t other = batch >= 2 ? batch / 2 : 2;
   try {
-    const Meta second = meta_of(run_call(call, meta_args(call, in, other), KOILA_ERROR_SHAPE));
+    const Meta second = meta_result(call, in, other);
     return batch_dim_between(out.shape, batch, second.shape, other, why);
   } catch (const Error& e) {
     if (e.code() == KOILA_ERROR_UNSUPPORTED) throw;
@@ -42,6 +42,10 @@ int64_t meta_batch_dim(const Call& call, const std::vector<const Meta*>& in, con
 }
 
 }  // namespace
+
+Meta meta_result(const Call& call, const std::vector<const Meta*>& in, int64_t batch) {
+  return meta_of(run_call(call, meta_args(call, in, batch), KOILA_ERROR_SHAPE));
+}
 
 int64_t batch_dim_between(const std::vector<int64_t>& a, int64_t na, const std::vector<int64_t>& b, int64_t nb,
                           std::string* why) {
@@ -64,7 +68,7 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
   Meta out;
   std::string meta_failure;
   try {
-    out = meta_of(run_call(call, meta_args(call, in, -1), KOILA_ERROR_SHAPE));
+    out = meta_result(call, in, -1);
   } catch (const Error& e) {
     if (e.code() == KOILA_ERROR_UNSUPPORTED || e.code() == KOILA_ERROR_OUT_OF_MEMORY) throw;
     meta_failure = e.what();
@@ -85,6 +89,7 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
   }
 
   if (batch < 0) {  // no batched input: nothing to split; only the result's shape is needed
+    inference.from_meta = meta_runs;
     if (meta_runs) return out;
     Probe probe(call, self, -1);
     return meta_of(probe.run());
@@ -114,6 +119,9 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
     inference.batch = batch::couple(why);
     return out;
   }
+  inference.from_meta = meta_runs;
+  inference.batch_size = batch;
+  inference.follows = out_dim;
 
   // Samples kept apart: changing one sample changes no other sample's output.
   if (batch >= 2) {

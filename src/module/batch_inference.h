@@ -19,11 +19,22 @@ namespace koila::module_detail {
 // by infer_call, read by the node's batch rule.
 struct Inference {
   BatchResult batch;
+  // What the inference memo (inference_memo.h) needs to use the result again for calls of
+  // the same structure: whether the result's shape came from runs on meta tensors (whose
+  // ops cannot have branched on tensor values), the batch size inferred at (-1: no batched
+  // input), and the result's dim that follows the batch size (-1: none; the inference is
+  // then not reused, as the shape may depend on the batch size some other way).
+  bool from_meta = false;
+  int64_t batch_size = -1;
+  int64_t follows = -1;
 };
 
 // The call's result for the arguments `in` of its node `self` (the node's OpSpec::infer);
 // fills in `inference`.
 Meta infer_call(const Call& call, Inference& inference, const std::vector<const Meta*>& in, const Node& self);
+
+// The call's result on meta tensors, its inputs' batch dims resized to `batch`.
+Meta meta_result(const Call& call, const std::vector<const Meta*>& in, int64_t batch);
 
 // The one dim of `a` (batch `na`) and `b` (batch `nb`) that follows the batch size, or -1
 // with `*why` saying why there is none.

@@ -8,6 +8,10 @@
 
 namespace koila::module_detail {
 
+std::string input_text(const Call& call) {
+  return call.inputs.empty() ? std::string("none") : describe_inputs(call.inputs);
+}
+
 at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
   bool own = !batch_norm_eval;
   for (size_t i = 0; i < call.state.size(); ++i)

@@ -21,11 +21,14 @@ struct Call {
   size_t n_inputs = 0;
   Tensors state;                                             // every tensor the module holds, once each
   std::unordered_map<const c10::TensorImpl*, size_t> index;  // state tensor -> position
-  std::string input_text;                                    // the caller's inputs, for messages
+  std::vector<NodePtr> inputs;                               // the caller's inputs, for messages (input_text)
   std::vector<std::string> batch_norms;                      // names of the batch norm layers that train
   Tensors batch_norm_counters;                               // their num_batches_tracked
   Tensors batch_norm_buffers;                                // their running_mean and running_var
 };
+
+// The caller's inputs as messages describe them ("none" for a call without inputs).
+std::string input_text(const Call& call);
 
 // Runs the module's forward on args = [inputs..., state...]. When the state given is the
 // module's own, the module itself runs; otherwise (meta stand-ins, probe copies) a twin

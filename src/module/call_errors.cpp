@@ -35,7 +35,7 @@ void fail_nothing_to_run(const Call& call) {
 void fail_forward(const Call& call, const std::exception& e, koila_code fallback) {
   const std::string text = torch_complaint(e);
   fail(is_out_of_memory(e, text) ? KOILA_ERROR_OUT_OF_MEMORY : fallback,
-       "module " + call.name + " (inputs " + call.input_text + "): " + text);
+       "module " + call.name + " (inputs " + input_text(call) + "): " + text);
 }
 
 void fail_result(const Call& call, const c10::IValue& result) {

@@ -18,6 +18,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@
 #include "graph/graph.h"
 
 namespace koila {
+
+namespace module_detail {
+class InferenceMemo;  // module/inference_memo.h
+}
 
 // A TorchScript module loaded by koila_module_load.
 struct LoadedModule {
@@ -34,6 +39,8 @@ struct LoadedModule {
   // executors, which koila always runs unoptimized), sharing every tensor. Made at the
   // first call; the caller's module may meanwhile run optimized plans of its own.
   std::optional<torch::jit::Module> runnable = std::nullopt;
+  // What the inference of its calls found, per structure of call (made at the first call).
+  std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
 };
 
 // The node for `m.forward(inputs...)` (computed at once when no input is lazy). The call
@@ -46,5 +53,11 @@ void set_training(const torch::jit::Module& module, bool on);
 
 // The module's type name without TorchScript's "__torch__." prefix.
 std::string module_name(const torch::jit::Module& module);
+
+namespace testing {
+// Module calls inferred so far (meta runs and the real-sample probe), all modules: a call
+// whose structure the memo knew is not counted.
+uint64_t module_inferences();
+}  // namespace testing
 
 }  // namespace koila

@@ -11,6 +11,7 @@
 #include "module/batch_norm_route.h"
 #include "module/call.h"
 #include "module/call_errors.h"
+#include "module/inference_memo.h"
 #include "module/twin.h"
 
 namespace koila {
@@ -18,8 +19,8 @@ namespace koila {
 namespace {
 
 using module_detail::Call;
-using module_detail::infer_call;
 using module_detail::Inference;
+using module_detail::InferenceMemo;
 using module_detail::run_call;
 
 // Reads off the call's module (a twin of the caller's) every tensor it holds and its batch
@@ -51,7 +52,7 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
   auto call = std::make_shared<Call>();
   call->name = module_name(m.module);
   call->n_inputs = inputs.size();
-  call->input_text = inputs.empty() ? std::string("none") : describe_inputs(inputs);
+  call->inputs = inputs;  // described only when a message needs them
   module_detail::check_call(m, *call, inputs);
 
   // The call runs the module as it is now: a twin shares its tensors but keeps its own
@@ -81,8 +82,12 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
     if (!r.stats_couples.empty()) r.stats_couples = "(module " + name + ") " + r.stats_couples;
     return r;
   };
-  auto infer = [call, inference](const std::vector<const Meta*>& in, const Node& self) {
-    return infer_call(*call, *inference, in, self);
+  // Inferred once per structure of call (inference_memo.h).
+  if (!m.inference_memo) m.inference_memo = std::make_shared<InferenceMemo>();
+  auto infer = [call, inference, memo = m.inference_memo,
+                structure = InferenceMemo::structure(*call, signature, inputs)](const std::vector<const Meta*>& in,
+                                                                                const Node& self) {
+    return memo->infer(structure, *call, *inference, in, self);
   };
   OpSpec spec{.name = "koila_module_forward",
               .run = [call](const Tensors& args, const Node&) { return run_call(*call, args); },

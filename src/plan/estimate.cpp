@@ -167,7 +167,7 @@ uint64_t coarse_estimate(const Analysis& a, RunMode mode, int64_t chunk) {
 }  // namespace
 
 Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
-    : root_(root), a_(a), mode_(mode), record_(graph_record(root, a, mode)) {}
+    : root_(root), a_(a), mode_(mode), record_(graph_record(root, a, mode, &grad_starts_)) {}
 
 int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
 

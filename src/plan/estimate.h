@@ -62,6 +62,9 @@ class Estimator {
   // What is remembered of the structure (found when the estimator was made).
   GraphRecord& record() const { return *record_; }
 
+  // How the leaves' .grad stood when the estimator was made (training), for the run.
+  const GradStarts& grad_starts() const { return grad_starts_; }
+
   // Where the figures came from, for the plan's description.
   std::string source();
   // Non-empty when the simulation failed (why).
@@ -88,6 +91,7 @@ class Estimator {
   const NodePtr& root_;
   const Analysis& a_;
   RunMode mode_;
+  GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
 };

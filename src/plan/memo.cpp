@@ -67,7 +67,7 @@ void fixed_part(const Analysis& a, RunMode mode, Key* key, std::vector<const Nod
 }
 
 // The structure's key, and `without_grads`: the same without how the .grad stand.
-Key structure_key(const NodePtr& root, const Analysis& a, RunMode mode, Key* without_grads) {
+Key structure_key(const NodePtr& root, const Analysis& a, RunMode mode, Key* without_grads, GradStarts* starts) {
   const int m = index_of(mode);
   RootMemo& cache = memo_of(root);
   std::call_once(cache.fixed_once[m], [&] { fixed_part(a, mode, &cache.fixed[m], &cache.concrete[m]); });
@@ -79,7 +79,8 @@ Key structure_key(const NodePtr& root, const Analysis& a, RunMode mode, Key* wit
     key.add(flags);
     bare.add(flags);
     // How its .grad stands: a backward adds into it, or sets it, or snapshots it.
-    if (mode == RunMode::Training) key.add(7 + static_cast<uint64_t>(grad_start(node->value)));
+    if (mode == RunMode::Training)
+      key.add(7 + static_cast<uint64_t>(starts ? starts->read(node->value) : grad_start(node->value)));
   }
   return key;
 }
@@ -112,9 +113,9 @@ const Analysis& analysis_of(const NodePtr& root, RunMode mode) {
   return *slot;
 }
 
-std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, RunMode mode) {
+std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, RunMode mode, GradStarts* starts) {
   Key without_grads;
-  const Key key = structure_key(root, a, mode, &without_grads);
+  const Key key = structure_key(root, a, mode, &without_grads, starts);
   std::lock_guard<std::mutex> lock(records_mutex);
   auto found = by_key.find(key);
   if (found != by_key.end()) {

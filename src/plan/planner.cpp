@@ -123,7 +123,7 @@ uint64_t room_left(const Plan& p) {
 // The plan of a lazy `root` in `mode`, from its analysis and an estimator made for them
 // (made once per planned run, however often it plans again). A plan that does not fit
 // fails (see make_plan).
-Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& estimator) {
+Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& estimator, bool with_source = true) {
   Plan p = device_plan(root, mode);
   estimator.set_room(room_left(p));
   p.batch = a.batch;
@@ -162,10 +162,11 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
     }
   }
   if (p.chunking == KOILA_CHUNK_FASTEST) choose_fastest_chunk(a, estimator, p);
-  p.source = estimator.source();
+  const bool fit = fits(p, p.extra_bytes);
+  if (with_source || !fit) p.source = estimator.source();  // text: built only where it is read
   p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
   p.stats_coupled = a.stats_coupled;
-  if (fits(p, p.extra_bytes)) return p;
+  if (fit) return p;
   const koila_code code = a.batch >= 0 && !p.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
   fail(code, p.describe());
 }
@@ -177,8 +178,9 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
 // Every run's measured peak is recorded for later plans of the same graph, and under
 // KOILA_CHUNK_FASTEST the time of a run that measures a candidate (not of a run that ran
 // out of memory, nor of its retries).
+// `with_source`: the plan returned says where its figures came from (Plan::source).
 template <class F>
-Plan planned_run(const NodePtr& root, RunMode mode, F&& attempt) {
+Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attempt) {
   check_not_in_progress_callback();
   const Analysis& a = analysis_of(root, mode);
   Estimator estimator(root, a, mode);
@@ -188,7 +190,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, F&& attempt) {
     const uint64_t ended = runs_ended(device);
     Plan plan;
     try {
-      plan = plan_lazy(root, mode, a, estimator);
+      plan = plan_lazy(root, mode, a, estimator, with_source);
     } catch (const Error& e) {
       if (e.code() != KOILA_ERROR_OUT_OF_MEMORY && e.code() != KOILA_ERROR_NOT_SPLITTABLE) throw;
       // It does not fit even alone: no run is alive, and none ended since the plan read
@@ -207,9 +209,9 @@ Plan planned_run(const NodePtr& root, RunMode mode, F&& attempt) {
         {
           BudgetScope hard_limit(plan.device, plan.budget_bytes);
           if (plan.timed)
-            seconds = timed_run(plan.device, plan.chunk, [&] { attempt(a, plan); });
+            seconds = timed_run(plan.device, plan.chunk, [&] { attempt(a, plan, estimator.grad_starts()); });
           else
-            attempt(a, plan);
+            attempt(a, plan, estimator.grad_starts());
         }
         estimator.record_run(plan.chunk, usage.peak());
         if (plan.timed) {
@@ -246,9 +248,11 @@ Plan planned_run(const NodePtr& root, RunMode mode, F&& attempt) {
   }
 }
 
-// How a real run of plan `p` goes through the chunk strategy, its chunks reported to `progress`.
-ChunkRun real_run(const Plan& p, RunObserver& progress) {
+// How a real run of plan `p` goes through the chunk strategy, its chunks reported to
+// `progress`, the leaves' .grad standing as `starts` noted when it was planned.
+ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts) {
   ChunkRun run;
+  run.grad_starts = &starts;
   run.chunk = p.chunk;
   run.per_chunk_stats = p.per_chunk_stats;
   run.observer = &progress;
@@ -320,10 +324,11 @@ at::Tensor run_forward(const NodePtr& root, Plan* used) {
   if (!root->lazy()) return root->value;
   c10::NoGradGuard no_grad;
   at::Tensor result;
-  const Plan plan = planned_run(root, RunMode::Forward, [&](const Analysis& a, const Plan& p) {
-    ProgressReport progress;
-    result = forward_chunks(root, a, real_run(p, progress));
-  });
+  const Plan plan =
+      planned_run(root, RunMode::Forward, used != nullptr, [&](const Analysis& a, const Plan& p, const GradStarts& s) {
+        ProgressReport progress;
+        result = forward_chunks(root, a, real_run(p, progress, s));
+      });
   if (used) *used = plan;
   return result;
 }
@@ -344,12 +349,13 @@ void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_co
     if (used) *used = device_plan(loss, RunMode::Training);
     return;
   }
-  const Plan plan = planned_run(loss, RunMode::Training, [&](const Analysis& a, const Plan& p) {
-    ProgressReport progress;
-    ChunkRun run = real_run(p, progress);
-    run.before_commit = before_commit;
-    backward_chunks(loss, a, run);
-  });
+  const Plan plan =
+      planned_run(loss, RunMode::Training, used != nullptr, [&](const Analysis& a, const Plan& p, const GradStarts& s) {
+        ProgressReport progress;
+        ChunkRun run = real_run(p, progress, s);
+        run.before_commit = before_commit;
+        backward_chunks(loss, a, run);
+      });
   if (used) *used = plan;
 }
 

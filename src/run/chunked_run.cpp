@@ -170,7 +170,7 @@ class GradientTarget {
   // How `leaf`'s .grad stands before the run adds to it (in a simulation, as the real
   // tensor's does).
   static GradStart start_of(const ChunkRun& run, const at::Tensor& leaf) {
-    if (!run.meta) return grad_start(leaf);
+    if (!run.meta) return run.grad_starts ? run.grad_starts->of(leaf) : grad_start(leaf);
     if (!leaf.grad().defined()) return GradStart::Absent;
     return run.grad_is_zero && run.grad_is_zero(leaf) ? GradStart::Zero : GradStart::Held;
   }

@@ -10,6 +10,7 @@
 
 #include "graph/graph.h"
 #include "run/analysis.h"
+#include "run/grad_starts.h"
 #include "run/observer.h"
 
 namespace koila {
@@ -60,6 +61,9 @@ struct ChunkRun {
   std::function<bool(const at::Tensor&)> grad_is_zero;
   // Real committed backward runs: see BeforeCommit.
   BeforeCommit before_commit;
+  // Real runs: how the leaves' .grad stood when the run was planned (read again where
+  // they changed since); null: read them.
+  const GradStarts* grad_starts = nullptr;
 };
 
 // The value of `root`, chunked along the batch as `run` says. Records no autograd.
