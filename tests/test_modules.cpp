@@ -435,8 +435,10 @@ TEST(Modules, SaveAndLoadRoundTrip) {
   loaded.reset();
   EXPECT_TRUE(at::equal(to_aten(y1.get()), to_aten(y2.get())));
 
-  auto [code, message] = outcome(koila_module_load(&loaded_raw, path.c_str(), "cuda:0"));
+  // A device this machine does not have (whether or not it has CUDA).
+  auto [code, message] = outcome(koila_module_load(&loaded_raw, path.c_str(), "cuda:99"));
   EXPECT_EQ(code, KOILA_ERROR_DEVICE) << message;
+  EXPECT_EQ(loaded_raw, nullptr);
   fs::remove_all(dir);
 }
 

@@ -105,6 +105,8 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
   const bool nccl = backend == "nccl";
   if (backend != "gloo" && !nccl)
     fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
+  // Arguments first: a malformed init is the caller's mistake whatever this build supports.
+  const Init parsed = parse_init(init);
 #ifndef KOILA_WITH_GLOO
   fail(KOILA_ERROR_UNSUPPORTED,
        "process groups are not available: koila was built without gloo's headers "
@@ -116,7 +118,6 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
          "backend \"nccl\" is not available: this LibTorch was built without NCCL "
          "(c10d's ProcessGroupNCCL); use \"gloo\"");
 #endif
-  const Init parsed = parse_init(init);
   comm->timeout = timeout;
   try {
     comm->store = make_store(parsed, rank, size, timeout);
