@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 25f0b52e9b1f8ba4832be5aec08ba5324d4f14c15daf97142b9f391ad58d284b
+# Header sha256: b4a4d1e1edae76e8a598dd29eb0bfc693bfac07782dde2fd6c68f3d41c00fe05
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -766,7 +766,7 @@ end
 
 C: `koila_status *koila_set_memory_budget(const char *device, uint64_t bytes);`
 
-Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in use plus the device's free memory (for CPU what the kernel reports available, within any cgroup limit; for CUDA what the driver reports free plus what the caching allocator holds unused), less a tenth of that free memory as a safety margin. Thread-safe.
+Bytes koila may use on a device ("cpu", "cuda", "cuda:N"). 0 = automatic: what is in use plus the device's free memory (for CPU what the kernel reports available, within any cgroup limit; for CUDA what the driver reports free plus what the caching allocator holds unused), less a tenth of that free memory as a safety margin. The CPU's figure is read from the kernel at most every 50 ms (a reading costs as much as planning a small step); in between it follows what koila's own tensors take and give back. Thread-safe.
 """
 function koila_set_memory_budget(device, bytes)
     fptr = _fptr_koila_set_memory_budget[]

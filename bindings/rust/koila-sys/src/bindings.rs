@@ -232,7 +232,9 @@ extern "C" {
     #[doc = " Bytes koila may use on a device (\"cpu\", \"cuda\", \"cuda:N\"). 0 = automatic: what is in"]
     #[doc = "use plus the device's free memory (for CPU what the kernel reports available, within"]
     #[doc = "any cgroup limit; for CUDA what the driver reports free plus what the caching allocator"]
-    #[doc = "holds unused), less a tenth of that free memory as a safety margin. Thread-safe."]
+    #[doc = "holds unused), less a tenth of that free memory as a safety margin. The CPU's figure is"]
+    #[doc = "read from the kernel at most every 50 ms (a reading costs as much as planning a small"]
+    #[doc = "step); in between it follows what koila's own tensors take and give back. Thread-safe."]
     pub fn koila_set_memory_budget(
         device: *const ::std::os::raw::c_char,
         bytes: u64,
