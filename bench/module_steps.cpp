@@ -44,20 +44,7 @@ using namespace koila_corpus;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-Tensor on_device(const at::Tensor& t, const std::string& device) {
-  const at::Tensor c = t.contiguous();
-  const koila_dtype dtype = c.scalar_type() == at::kLong ? KOILA_INT64 : KOILA_FLOAT32;
-  koila_tensor* out = nullptr;
-  check(koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(), c.dim(),
-                               device.c_str()),
-        "koila_tensor_from_data");
-  return Tensor(out);
-}
+using bench::median;
 
 // One corpus model in one module mode, loaded twice: through koila, and by LibTorch itself.
 struct Model {
@@ -78,8 +65,8 @@ struct Model {
     module.reset(m);
     check(koila_module_train(m, mode == "train" ? 1 : 0), "koila_module_train");
     params = parameters_of(m);
-    input = on_device(ref.input, dev);
-    target = on_device(ref.target, dev);
+    input = from_aten(ref.input, dev);
+    target = from_aten(ref.target, dev);
     plain = torch::jit::load(dir + "/" + name + ".pt", at::Device(dev));
     plain.train(mode == "train");
     for (const at::Tensor& p : plain.parameters()) plain_params.push_back(p);

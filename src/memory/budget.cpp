@@ -1,6 +1,5 @@
 #include "memory/budget.h"
 
-#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>

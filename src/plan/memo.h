@@ -70,8 +70,8 @@ struct GraphRecord {
 
 // The record for the structure of `root` in `mode` (with the gradient flags and .grad its
 // leaves have now). How each leaf's .grad stands, read for the key, is noted in `starts`
-// when given (for the run the plan makes). Records of structures not planned for a long time are forgotten (at most
-// kMaxRecords are kept).
+// when given (for the run the plan makes). Records of structures not planned for a long
+// time are forgotten (at most kMaxRecords are kept).
 std::shared_ptr<GraphRecord> graph_record(const NodePtr& root, const Analysis& a, RunMode mode,
                                           GradStarts* starts = nullptr);
 

@@ -182,15 +182,16 @@ inline Reference read_reference(const std::string& dir, const std::string& name,
 
 // ---- A model's lazy graph ----------------------------------------------------------------
 
-inline Tensor from_aten(const at::Tensor& t) {
+// A concrete koila tensor holding a copy of `t`, on `device`.
+inline Tensor from_aten(const at::Tensor& t, const std::string& device = "cpu") {
   const at::Tensor c = t.contiguous();
   const koila_dtype dtype = c.scalar_type() == at::kLong ? KOILA_INT64 : KOILA_FLOAT32;
   if (c.scalar_type() != at::kLong && c.scalar_type() != at::kFloat)
     throw std::runtime_error("corpus tensors are float32 or int64");
   koila_tensor* out = nullptr;
-  check(
-      koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(), c.dim(), "cpu"),
-      "koila_tensor_from_data");
+  check(koila_tensor_from_data(&out, c.data_ptr(), c.numel() * c.element_size(), dtype, c.sizes().data(), c.dim(),
+                               device.c_str()),
+        "koila_tensor_from_data");
   return Tensor(out);
 }
 
