@@ -99,6 +99,12 @@ int main(int argc, char** argv) {
   chunks = koila_plan_num_chunks(plan);
   koila_plan_free(plan);
 
+  // oom: the other ranks must not fail too, so they run under the automatic budget. The
+  // tightest budget found above is a few KiB, where the plan's estimate can fall short by a
+  // few hundred bytes (issue 28): a rank whose search ended at another budget because CI ran
+  // other tests beside it failed that way, rarely (1704 bytes asked with 14800 held, budget
+  // 14934; the same at 16501).
+  if (scenario == "oom" && rank != 1) check("budget", koila_set_memory_budget("cpu", 0));
   if (scenario == "oom" && rank == 1) check("budget", koila_set_memory_budget("cpu", current + 1));
   if (scenario == "die" && rank == 1) raise(SIGKILL);
   if (scenario == "stall" && rank == 1) {
