@@ -60,7 +60,10 @@ inline torch::jit::Module cnn(uint64_t seed = 0, double dropout = 0.0) {
 }
 
 // linear 784->256, relu, linear 256->10, as two submodules. Input [N, 784].
-inline torch::jit::Module mlp(uint64_t seed = 0) {
+// `activation`: a torch function of one tensor between the layers (relu, or tanh where a
+// test compares gradients of runs in different chunks: ReLU's gradient jumps where a
+// pre-activation is within rounding of zero, and chunks round matrix products differently).
+inline torch::jit::Module mlp(uint64_t seed = 0, const std::string& activation = "relu") {
   at::manual_seed(seed);
   const std::string linear = "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n";
   torch::jit::Module fc1 =
@@ -71,7 +74,7 @@ inline torch::jit::Module mlp(uint64_t seed = 0) {
   m.register_module("fc1", fc1);
   m.register_module("fc2", fc2);
   m.register_attribute("training", c10::BoolType::get(), true);
-  m.define("def forward(self, x):\n    return self.fc2.forward(torch.relu(self.fc1.forward(x)))\n");
+  m.define("def forward(self, x):\n    return self.fc2.forward(torch." + activation + "(self.fc1.forward(x)))\n");
   return m;
 }
 
