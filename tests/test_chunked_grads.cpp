@@ -2,6 +2,7 @@
 // without a second copy of all gradients, and still leaves every .grad as it was when it
 // fails midway (absent, all zeros, or anything else, from a snapshot the plan counts).
 #include <mutex>
+#include <set>
 #include <stdexcept>
 
 #include "helpers.h"
@@ -423,4 +424,62 @@ TEST(ChunkedGrads, GradsZeroedThroughKoilaAreKnownZeroUntilWritten) {
   koila_optimizer_free(opt);
   for (const at::Tensor& p : m.params) EXPECT_TRUE(koila::known_zero(p.grad()));
   m.set_grads_absent();
+}
+
+// An unsplit backward finds the leaves it fills as its evaluation runs (EvalOptions::
+// reached_leaves) instead of walking the autograd graph: the same leaves as the walk on the
+// MLP, and where they differ (a parameter that reaches the loss only through argmax, whose
+// gradient autograd never computes), that parameter's .grad is left exactly as it was,
+// absent or held, while the others get PyTorch's gradients.
+TEST(ChunkedGrads, LeavesFoundAsTheRunGoesMatchAutogradsOwn) {
+  MnistMlp m(8, 41);
+  {
+    koila::Tensors reached;
+    koila::EvalOptions options;
+    options.grad = true;
+    options.reached_leaves = &reached;
+    const at::Tensor value = koila::evaluate(m.loss.get()->node, options);
+    const koila::Tensors walked = koila::autograd_leaves({value});
+    std::set<const c10::TensorImpl*> a, b;
+    for (const at::Tensor& t : reached) a.insert(t.unsafeGetTensorImpl());
+    for (const at::Tensor& t : walked) b.insert(t.unsafeGetTensorImpl());
+    EXPECT_EQ(reached.size(), m.params.size());
+    EXPECT_EQ(a, b);
+  }
+
+  at::manual_seed(5);
+  const at::Tensor w1 = (at::randn({6, 5}) * 0.3).set_requires_grad(true);
+  const at::Tensor w2 = (at::randn({6, 5}) * 0.3).set_requires_grad(true);
+  const at::Tensor xs = at::randn({8, 5});
+  const Handle h1 = koila_models::share(w1), h2 = koila_models::share(w2);
+  auto lazy_loss = [&] {
+    const Handle x = koila_models::lazy(xs, 0);
+    const Handle logits = CALL(koila_linear, x.get(), h1.get(), nullptr);
+    const Handle other = CALL(koila_linear, x.get(), h2.get(), nullptr);
+    const Handle labels = CALL(koila_argmax, other.get(), 1, 0);
+    return CALL(koila_cross_entropy, logits.get(), labels.get(), KOILA_REDUCTION_MEAN);
+  };
+  const at::Tensor labels = at::argmax(at::linear(xs, w2), 1);
+  at::cross_entropy_loss(at::linear(xs, w1), labels).backward();
+  const at::Tensor expected = w1.grad().clone();
+  w1.mutable_grad() = at::Tensor();
+  ASSERT_FALSE(w2.grad().defined()) << "autograd does not reach w2";
+
+  {
+    const Handle loss = lazy_loss();
+    ASSERT_OK(koila_backward(loss.get()));
+    expect_grads({w1.grad()}, {expected}, "w1");
+    EXPECT_FALSE(w2.grad().defined()) << "an absent .grad that autograd does not reach stays absent";
+  }
+  const at::Tensor held = at::full({6, 5}, 0.25);
+  w1.mutable_grad() = at::Tensor();
+  w2.mutable_grad() = held.clone();
+  {
+    const Handle loss = lazy_loss();
+    ASSERT_OK(koila_backward(loss.get()));
+    expect_grads({w1.grad()}, {expected}, "w1, beside a held w2");
+    expect_same({w2.grad()}, {held}, "a held .grad that autograd does not reach");
+  }
+  w1.mutable_grad() = at::Tensor();
+  w2.mutable_grad() = at::Tensor();
 }

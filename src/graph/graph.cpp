@@ -117,15 +117,22 @@ std::vector<int64_t> probe_shape(size_t rank) {
 // Runs the op once on small tensors of ones with the inputs' ranks, dtypes and device,
 // remembering the verdict for each combination. Sizes are 2 (in at most 8 dims), not 1:
 // some kernels skip their dtype dispatch when a reduced dim has size 1.
+// Keyed by a hash of (op, each input's dtype and rank, device), which every op build makes:
+// text keys cost more than the rest of building a small op. (Were two keys to collide, a
+// missing kernel would be found when the op runs instead of when it is built.)
+struct ProbeKeyHash {
+  size_t operator()(const StructureKey& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
+};
+
 void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const Node& self) {
-  std::string key = spec.name;
-  for (const NodePtr& in : inputs) {
-    key += '|';
-    if (in) key += std::string(dtype_name(in->meta.dtype)) + '/' + std::to_string(in->meta.shape.size());
-  }
-  key += '|' + inputs.front()->meta.device.str();
+  StructureKey key;
+  key.add(self.op);
+  for (const NodePtr& in : inputs)
+    key.add(in ? (static_cast<uint64_t>(in->meta.dtype) << 32) + in->meta.shape.size() + 1 : 0);
+  const c10::Device device = self.meta.device;  // the inputs' (build() checked that they agree)
+  key.add(static_cast<uint64_t>(device.type()) * 1000 + static_cast<uint64_t>(device.index() + 1));
   static std::mutex mutex;
-  static std::unordered_map<std::string, std::string> verdicts;  // empty: the kernel runs
+  static std::unordered_map<StructureKey, std::string, ProbeKeyHash> verdicts;  // empty: the kernel runs
   std::lock_guard<std::mutex> lock(mutex);
   auto found = verdicts.find(key);
   if (found == verdicts.end()) {
@@ -162,6 +169,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   const c10::Device device = common_device(inputs);
 
   std::vector<const Meta*> metas;
+  metas.reserve(inputs.size());
   bool any_lazy = false, any_batch = false, any_batched = false, any_reduced = false;
   for (const NodePtr& in : inputs) {
     metas.push_back(in ? &in->meta : nullptr);

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "base/pointer_index.h"
 #include "run/batch_stats.h"
 #include "run/executor.h"
 #include "run/zeroed_grads.h"
@@ -180,7 +181,7 @@ class GradientTarget {
     prepare(leaves);
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (!grads[i].defined()) continue;
-      Entry& e = entries_[index_.at(leaves[i].unsafeGetTensorImpl())];
+      Entry& e = entries_[index_.find(leaves[i].unsafeGetTensorImpl())];
       if (!run_.commit && e.start != GradStart::Absent) continue;  // a probe: dropped
       at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
       if (grad.defined())
@@ -243,9 +244,10 @@ class GradientTarget {
   // each of `leaves`), before anything is added to it.
   void prepare(const Tensors& leaves, const std::vector<GradStart>* starts = nullptr) {
     c10::NoGradGuard no_grad;
+    entries_.reserve(entries_.size() + leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) {
       const at::Tensor& leaf = leaves[i];
-      if (index_.count(leaf.unsafeGetTensorImpl())) continue;
+      if (index_.contains(leaf.unsafeGetTensorImpl())) continue;
       Entry e;
       e.leaf = leaf;
       const at::Tensor& grad = leaf.grad();
@@ -256,7 +258,7 @@ class GradientTarget {
         else if (!run_.meta)  // host memory: not the device's (a simulation holds nothing)
           e.saved = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
       }
-      index_.emplace(leaf.unsafeGetTensorImpl(), entries_.size());
+      index_.insert(leaf.unsafeGetTensorImpl(), static_cast<uint32_t>(entries_.size()));
       entries_.push_back(std::move(e));
       if (run_.commit && entries_.back().start == GradStart::Held) grad_of(entries_.back()).zero_();
     }
@@ -265,7 +267,7 @@ class GradientTarget {
   const ChunkRun& run_;
   const bool host_;
   std::vector<Entry> entries_;
-  std::unordered_map<const c10::TensorImpl*, size_t> index_;
+  PointerIndex<c10::TensorImpl> index_;  // the leaf's position in entries_
   bool finished_ = false;
 };
 
@@ -358,8 +360,10 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     options.grad = true;
     ChunkCounts counts(a.boundaries);
     if (shows_gradients(run)) counts.observe(options, run);
+    Tensors leaves;
+    options.reached_leaves = &leaves;
     at::Tensor value = evaluate(a.whole, options)[0];
-    const Tensors leaves = autograd_leaves({value});
+    if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
     if (leaves.empty()) no_leaves();
     mark_phase(run, Phase::Backward);
     const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, counts.counts) : LossReduction{};

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
+#include <typeinfo>
 
 #include "base/error.h"
 #include "base/pointer_index.h"
@@ -93,6 +94,41 @@ void release_failed_backward() noexcept {
 
 }  // namespace
 
+namespace {
+
+// EvalOptions::reached_leaves, as an evaluation fills it.
+class ReachedLeaves {
+ public:
+  explicit ReachedLeaves(Tensors* leaves) : leaves_(leaves), seen_(leaves ? 256 : 1), leaves_seen_(leaves ? 256 : 1) {}
+
+  // Op `i` of `s` ran on `args` and gave a result that requires grad.
+  void note(const Schedule& s, size_t i, const Tensors& args) {
+    const size_t first = s.input_start[i];
+    for (size_t k = first; k < s.input_start[i + 1]; ++k) {
+      const int64_t p = s.inputs[k];
+      if (p < 0 || s.order[static_cast<size_t>(p)]->kind == NodeKind::Op) continue;
+      const at::Tensor& v = args[k - first];
+      if (!v.requires_grad() || !seen_.insert(v.unsafeGetTensorImpl(), 0)) continue;
+      if (v.is_leaf()) {
+        add(v);
+      } else {
+        for (const at::Tensor& leaf : autograd_leaves({v})) add(leaf);
+      }
+    }
+  }
+
+ private:
+  void add(const at::Tensor& leaf) {
+    if (leaves_seen_.insert(leaf.unsafeGetTensorImpl(), 0)) leaves_->push_back(leaf);
+  }
+
+  Tensors* leaves_;
+  PointerIndex<c10::TensorImpl> seen_;         // values looked at
+  PointerIndex<c10::TensorImpl> leaves_seen_;  // leaves added
+};
+
+}  // namespace
+
 Schedule make_schedule(const std::vector<const Node*>& roots,
                        const std::unordered_map<const Node*, at::Tensor>* given) {
   Schedule s;
@@ -141,6 +177,10 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   std::vector<uint32_t> uses = schedule.uses;
   auto is_given = [&](const Node* node) { return options.given && options.given->count(node); };
 
+  if (options.reached_leaves && (options.given || !options.grad))
+    fail(KOILA_ERROR_INTERNAL,
+         "reached leaves are found only in an evaluation that records autograd, without given values");
+  ReachedLeaves reached(options.reached_leaves);
   std::vector<at::Tensor> values(order.size());
   Tensors args;
   size_t live = 0;
@@ -168,6 +208,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
     } catch (const c10::Error&) {
       rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
     }
+    if (options.reached_leaves && values[i].requires_grad()) reached.note(schedule, i, args);
     if (options.observe) options.observe(node, args, values[i]);
     args.clear();
     ++stats.ops_run;
@@ -220,8 +261,10 @@ Tensors autograd_leaves(const Tensors& outputs) {
     torch::autograd::Node* fn = stack.back();
     stack.pop_back();
     if (!fn || !seen.insert(fn, 0)) continue;
-    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(fn)) {
-      add_leaf(acc->variable);
+    // An exact type test: a dynamic_cast per autograd node cost more than the rest of the
+    // walk (nothing derives from AccumulateGrad).
+    if (typeid(*fn) == typeid(torch::autograd::AccumulateGrad)) {
+      add_leaf(static_cast<torch::autograd::AccumulateGrad*>(fn)->variable);
       continue;
     }
     for (const auto& edge : fn->next_edges()) stack.push_back(edge.function.get());

@@ -29,6 +29,16 @@ struct EvalOptions {
   std::function<at::Tensor(const Node&)> leaf;
   // Called after each op with the arguments it ran on and its result.
   std::function<void(const Node&, const Tensors& args, const at::Tensor& value)> observe;
+  // With `grad`, when given: filled with the leaves whose .grad a backward from the roots
+  // would fill, in the order reached, found as the evaluation goes instead of by a walk over
+  // the autograd graph afterwards (autograd_leaves), which costs a pass over every autograd
+  // node. A Constant or Input node's value that requires grad is reached when an op that
+  // uses it gives a result that requires grad; when that value has autograd history (a
+  // chunk's narrowing, an eager result), the leaves behind it are. One difference from
+  // autograd_leaves: an op's input that requires grad counts as reached whenever the op's
+  // result does, also when the op does not differentiate it (a parameter a module leaves
+  // unused); a backward leaves such a leaf's .grad as it is. Not with `given`.
+  Tensors* reached_leaves = nullptr;
 };
 
 // How to evaluate a set of roots, worked out once (a graph run in chunks, or every step,

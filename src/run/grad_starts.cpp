@@ -12,15 +12,19 @@ int64_t version_of(const at::Tensor& grad) { return grad.is_inference() ? -1 : s
 GradStart GradStarts::read(const at::Tensor& leaf) {
   const GradStart start = grad_start(leaf);
   const at::Tensor& g = leaf.grad();
-  noted_[leaf.unsafeGetTensorImpl()] =
-      Noted{start, g.defined() ? g.unsafeGetTensorImpl() : nullptr, g.defined() ? version_of(g) : 0};
+  const Noted noted{start, g.defined() ? g.unsafeGetTensorImpl() : nullptr, g.defined() ? version_of(g) : 0};
+  const c10::TensorImpl* impl = leaf.unsafeGetTensorImpl();
+  if (index_.insert(impl, static_cast<uint32_t>(noted_.size())))
+    noted_.push_back(noted);
+  else
+    noted_[index_.find(impl)] = noted;
   return start;
 }
 
 GradStart GradStarts::of(const at::Tensor& leaf) const {
-  auto found = noted_.find(leaf.unsafeGetTensorImpl());
-  if (found == noted_.end() || !leaf.requires_grad()) return grad_start(leaf);
-  const Noted& n = found->second;
+  const uint32_t found = index_.find(leaf.unsafeGetTensorImpl());
+  if (found == PointerIndex<c10::TensorImpl>::kAbsent || !leaf.requires_grad()) return grad_start(leaf);
+  const Noted& n = noted_[found];
   const at::Tensor& g = leaf.grad();
   if (!g.defined()) return n.grad == nullptr ? GradStart::Absent : grad_start(leaf);
   const int64_t version = version_of(g);

@@ -8,8 +8,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <unordered_map>
+#include <vector>
 
+#include "base/pointer_index.h"
 #include "run/executor.h"
 
 namespace koila {
@@ -28,7 +29,8 @@ class GradStarts {
     const c10::TensorImpl* grad;  // null: absent
     int64_t version;
   };
-  std::unordered_map<const c10::TensorImpl*, Noted> noted_;
+  PointerIndex<c10::TensorImpl> index_;  // the leaf's position in noted_
+  std::vector<Noted> noted_;
 };
 
 }  // namespace koila
