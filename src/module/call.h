@@ -22,7 +22,7 @@ struct Call {
   Tensors state;                                             // every tensor the module holds, once each
   std::unordered_map<const c10::TensorImpl*, size_t> index;  // state tensor -> position
   std::vector<NodePtr> inputs;                               // the caller's inputs, for messages (input_text)
-  std::vector<std::string> batch_norms;                      // names of the batch norm layers that train
+  size_t batch_norms = 0;                                    // batch norm layers that train (names: twin.h)
   Tensors batch_norm_counters;                               // their num_batches_tracked
   Tensors batch_norm_buffers;                                // their running_mean and running_var
 };

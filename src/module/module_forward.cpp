@@ -24,19 +24,25 @@ using module_detail::InferenceMemo;
 using module_detail::run_call;
 
 // Reads off the call's module (a twin of the caller's) every tensor it holds and its batch
-// norm layers that train.
-void collect_state(Call& call) {
+// norm layers that train; returns the training flag of each of its modules, in order (a
+// walk over the module objects: Module::named_modules() builds every name, at a cost above
+// the rest of building a call).
+std::string collect_state(Call& call) {
   module_detail::collect_tensors(call.module._ivalue(), call.state, call.index);
-  for (const auto& named : call.module.named_modules()) {
-    if (!module_detail::training_batch_norm(*named.value._ivalue())) continue;
-    call.batch_norms.push_back(named.name.empty() ? std::string("the module itself") : named.name);
+  std::string flags;
+  for (const module_detail::ObjectPtr& obj : module_detail::module_objects(call.module._ivalue())) {
+    const torch::jit::Module sub(obj);
+    flags += sub.is_training() ? '1' : '0';
+    if (!module_detail::training_batch_norm(*obj)) continue;
+    ++call.batch_norms;
     for (const char* buffer : {"running_mean", "running_var"})
-      call.batch_norm_buffers.push_back(named.value.attr(buffer).toTensor());
-    const auto counter = named.value.type()->findAttributeSlot("num_batches_tracked");
+      call.batch_norm_buffers.push_back(sub.attr(buffer).toTensor());
+    const auto counter = obj->type()->findAttributeSlot("num_batches_tracked");
     if (!counter) continue;
-    const c10::IValue& v = named.value._ivalue()->getSlot(*counter);
+    const c10::IValue& v = obj->getSlot(*counter);
     if (v.isTensor() && v.toTensor().defined()) call.batch_norm_counters.push_back(v.toTensor());
   }
+  return flags;
 }
 
 }  // namespace
@@ -69,11 +75,8 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
     }
   }
   call->module = module_detail::twin(*m.runnable, m.module, [](const at::Tensor& t) { return t; });
-  collect_state(*call);
-
   // Which submodules train (dropout masks, batch statistics) changes the memory a call needs.
-  std::string signature = call->name + ":";
-  for (const torch::jit::Module& sub : call->module.modules()) signature += sub.is_training() ? '1' : '0';
+  std::string signature = call->name + ":" + collect_state(*call);
 
   auto inference = std::make_shared<Inference>();
   BatchRule batch = [inference, name = call->name](const std::vector<const Meta*>&, const Meta&) {

@@ -7,6 +7,7 @@
 #include "graph/batch_rules.h"
 #include "module/batch_inference.h"
 #include "module/call_errors.h"
+#include "module/twin.h"
 #include "run/executor.h"
 
 namespace koila::module_detail {
@@ -168,7 +169,7 @@ BatchResult samples_kept_apart(const Call& call, Probe& probe, const at::Tensor&
     kept.batch_dim = out_dim;
     return kept;
   }
-  if (!call.batch_norms.empty()) {
+  if (call.batch_norms > 0) {
     // Batch norm in training mixes samples through its statistics only: when the module
     // keeps samples apart with those layers evaluating, nothing else mixes them.
     probe.set_batch_norm_eval(true);
@@ -176,9 +177,10 @@ BatchResult samples_kept_apart(const Call& call, Probe& probe, const at::Tensor&
     const bool only_batch_norm = mixing(probe, evaluating, out_dim).empty();
     probe.set_batch_norm_eval(false);
     if (only_batch_norm) {
+      const std::vector<std::string> layers = training_batch_norm_names(call.module);
       std::string names;
-      for (size_t k = 0; k < call.batch_norms.size() && k < 3; ++k) names += (k ? ", " : "") + call.batch_norms[k];
-      if (call.batch_norms.size() > 3) names += ", ... (" + std::to_string(call.batch_norms.size()) + " layers)";
+      for (size_t k = 0; k < layers.size() && k < 3; ++k) names += (k ? ", " : "") + layers[k];
+      if (layers.size() > 3) names += ", ... (" + std::to_string(layers.size()) + " layers)";
       BatchResult stats;
       stats.batch_dim = out_dim;
       stats.stats_couples =

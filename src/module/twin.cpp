@@ -57,6 +57,13 @@ void collect_tensors(const ObjectPtr& obj, Tensors& out, std::unordered_map<cons
   }
 }
 
+void module_objects(const ObjectPtr& obj, std::vector<ObjectPtr>& out, Objects& seen) {
+  if (!seen.insert(obj.get()).second) return;
+  out.push_back(obj);
+  for (const c10::IValue& v : obj->slots())
+    if (is_module(v)) module_objects(v.toObject(), out, seen);
+}
+
 void set_training(const ObjectPtr& obj, bool on, Objects& seen) {
   if (!seen.insert(obj.get()).second) return;
   if (auto slot = obj->type()->findAttributeSlot("training")) obj->setSlot(*slot, on);
@@ -82,6 +89,21 @@ torch::jit::Module twin(const torch::jit::Module& runnable, const torch::jit::Mo
 void collect_tensors(const ObjectPtr& obj, Tensors& out, std::unordered_map<const c10::TensorImpl*, size_t>& index) {
   Objects seen;
   collect_tensors(obj, out, index, seen);
+}
+
+std::vector<ObjectPtr> module_objects(const ObjectPtr& obj) {
+  std::vector<ObjectPtr> out;
+  Objects seen;
+  module_objects(obj, out, seen);
+  return out;
+}
+
+std::vector<std::string> training_batch_norm_names(const torch::jit::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& named : module.named_modules())
+    if (training_batch_norm(*named.value._ivalue()))
+      names.push_back(named.name.empty() ? std::string("the module itself") : named.name);
+  return names;
 }
 
 bool training_batch_norm(const c10::ivalue::Object& obj) {

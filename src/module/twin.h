@@ -6,7 +6,9 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <functional>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -25,6 +27,15 @@ torch::jit::Module twin(const torch::jit::Module& runnable, const torch::jit::Mo
 // Appends every tensor `obj`'s tree holds (once each, in slot order) to `out`, noting its
 // position in `index`.
 void collect_tensors(const ObjectPtr& obj, Tensors& out, std::unordered_map<const c10::TensorImpl*, size_t>& index);
+
+// The module objects of `obj`'s tree, each once: the module first, then its submodules
+// depth first in slot order, as Module::modules() lists them, without the names that
+// named_modules() builds (which cost more than the rest of building a module call).
+std::vector<ObjectPtr> module_objects(const ObjectPtr& obj);
+
+// The names of the batch norm layers of `module` that train (training_batch_norm), as
+// named_modules() gives them ("the module itself" for the module): for messages.
+std::vector<std::string> training_batch_norm_names(const torch::jit::Module& module);
 
 // Whether `obj` is a batch norm layer that trains with running statistics: it holds
 // tensors running_mean and running_var, and its `training` is true.
