@@ -60,7 +60,7 @@ Init parse_init(const std::string& init) {
   fail(KOILA_ERROR_INVALID_ARGUMENT, "init \"" + init + "\" is neither tcp://HOST:PORT nor file:///PATH");
 }
 
-bool is_loopback(const std::string& host) {
+[[maybe_unused]] bool is_loopback(const std::string& host) {  // (used by gloo_device only)
   return host.empty() || host == "localhost" || host == "::1" || host.compare(0, 4, "127.") == 0;
 }
 

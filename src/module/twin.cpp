@@ -18,7 +18,10 @@ bool is_module(const c10::IValue& v) { return v.isObject() && v.toObjectRef().ty
 c10::List<at::Tensor> substitute_all(const c10::List<at::Tensor>& tensors, const Substitute& substitute) {
   c10::List<at::Tensor> out;
   out.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) out.push_back(t.defined() ? substitute(t) : t);
+  for (size_t i = 0; i < tensors.size(); ++i) {  // (by index: a c10::List hands out proxies, not references)
+    const at::Tensor t = tensors.get(i);
+    out.push_back(t.defined() ? substitute(t) : t);
+  }
   return out;
 }
 

@@ -9,8 +9,16 @@ int64_t version_of(const at::Tensor& grad) { return grad.is_inference() ? -1 : s
 
 }  // namespace
 
+namespace {
+
+// Whether `t` has a .grad of its own to read (reading a non-leaf's makes LibTorch warn).
+bool has_own_grad(const at::Tensor& t) { return t.defined() && t.requires_grad() && t.is_leaf(); }
+
+}  // namespace
+
 GradStart GradStarts::read(const at::Tensor& leaf) {
   const GradStart start = grad_start(leaf);
+  if (!has_own_grad(leaf)) return start;  // Absent; not noted
   const at::Tensor& g = leaf.grad();
   const Noted noted{start, g.defined() ? g.unsafeGetTensorImpl() : nullptr, g.defined() ? version_of(g) : 0};
   const c10::TensorImpl* impl = leaf.unsafeGetTensorImpl();
@@ -23,7 +31,7 @@ GradStart GradStarts::read(const at::Tensor& leaf) {
 
 GradStart GradStarts::of(const at::Tensor& leaf) const {
   const uint32_t found = index_.find(leaf.unsafeGetTensorImpl());
-  if (found == PointerIndex<c10::TensorImpl>::kAbsent || !leaf.requires_grad()) return grad_start(leaf);
+  if (found == PointerIndex<c10::TensorImpl>::kAbsent || !has_own_grad(leaf)) return grad_start(leaf);
   const Noted& n = noted_[found];
   const at::Tensor& g = leaf.grad();
   if (!g.defined()) return n.grad == nullptr ? GradStart::Absent : grad_start(leaf);
