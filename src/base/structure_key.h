@@ -28,4 +28,9 @@ struct StructureKey {
   bool operator==(const StructureKey& o) const { return a == o.a && b == o.b; }
 };
 
+// For hash maps keyed by a StructureKey.
+struct StructureKeyHash {
+  size_t operator()(const StructureKey& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
+};
+
 }  // namespace koila

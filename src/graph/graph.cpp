@@ -27,6 +27,11 @@ Meta meta_of(const at::Tensor& t) {
 
 namespace {
 
+// A device as one number, for structure keys.
+uint64_t device_code(const c10::Device& d) {
+  return static_cast<uint64_t>(d.type()) * 1000 + static_cast<uint64_t>(d.index() + 1);
+}
+
 // Hashes what building fixed of the node's own structure (see Node::key).
 void seal(Node& node) {
   StructureKey& key = node.key;
@@ -39,7 +44,7 @@ void seal(Node& node) {
   key.add(m.shape.size());
   for (int64_t d : m.shape) key.add(static_cast<uint64_t>(d));
   key.add(static_cast<uint64_t>(m.dtype));
-  key.add(static_cast<uint64_t>(m.device.type()) * 1000 + static_cast<uint64_t>(m.device.index() + 1));
+  key.add(device_code(m.device));
   key.add(static_cast<uint64_t>(m.batch_dim + 1));
   key.add(node.inputs.size());
 }
@@ -120,19 +125,15 @@ std::vector<int64_t> probe_shape(size_t rank) {
 // Keyed by a hash of (op, each input's dtype and rank, device), which every op build makes:
 // text keys cost more than the rest of building a small op. (Were two keys to collide, a
 // missing kernel would be found when the op runs instead of when it is built.)
-struct ProbeKeyHash {
-  size_t operator()(const StructureKey& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
-};
 
 void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const Node& self) {
   StructureKey key;
   key.add(self.op);
   for (const NodePtr& in : inputs)
     key.add(in ? (static_cast<uint64_t>(in->meta.dtype) << 32) + in->meta.shape.size() + 1 : 0);
-  const c10::Device device = self.meta.device;  // the inputs' (build() checked that they agree)
-  key.add(static_cast<uint64_t>(device.type()) * 1000 + static_cast<uint64_t>(device.index() + 1));
+  key.add(device_code(self.meta.device));  // the inputs' (build() checked that they agree)
   static std::mutex mutex;
-  static std::unordered_map<StructureKey, std::string, ProbeKeyHash> verdicts;  // empty: the kernel runs
+  static std::unordered_map<StructureKey, std::string, StructureKeyHash> verdicts;  // empty: the kernel runs
   std::lock_guard<std::mutex> lock(mutex);
   auto found = verdicts.find(key);
   if (found == verdicts.end()) {

@@ -67,20 +67,6 @@ void module_objects(const ObjectPtr& obj, std::vector<ObjectPtr>& out, Objects& 
     if (is_module(v)) module_objects(v.toObject(), out, seen);
 }
 
-void set_training(const ObjectPtr& obj, bool on, Objects& seen) {
-  if (!seen.insert(obj.get()).second) return;
-  if (auto slot = obj->type()->findAttributeSlot("training")) obj->setSlot(*slot, on);
-  for (const c10::IValue& v : obj->slots())
-    if (is_module(v)) set_training(v.toObject(), on, seen);
-}
-
-void evaluate_batch_norms(const ObjectPtr& obj, Objects& seen) {
-  if (!seen.insert(obj.get()).second) return;
-  if (training_batch_norm(*obj)) obj->setSlot(*obj->type()->findAttributeSlot("training"), false);
-  for (const c10::IValue& v : obj->slots())
-    if (is_module(v)) evaluate_batch_norms(v.toObject(), seen);
-}
-
 }  // namespace
 
 torch::jit::Module twin(const torch::jit::Module& runnable, const torch::jit::Module& original,
@@ -121,15 +107,15 @@ bool training_batch_norm(const c10::ivalue::Object& obj) {
 }
 
 void evaluate_batch_norms(const ObjectPtr& obj) {
-  Objects seen;
-  evaluate_batch_norms(obj, seen);
+  for (const ObjectPtr& o : module_objects(obj))
+    if (training_batch_norm(*o)) o->setSlot(*o->type()->findAttributeSlot("training"), false);
 }
 
 }  // namespace module_detail
 
 void set_training(const torch::jit::Module& module, bool on) {
-  module_detail::Objects seen;
-  module_detail::set_training(module._ivalue(), on, seen);
+  for (const module_detail::ObjectPtr& o : module_detail::module_objects(module._ivalue()))
+    if (auto slot = o->type()->findAttributeSlot("training")) o->setSlot(*slot, on);
 }
 
 }  // namespace koila

@@ -12,10 +12,7 @@ namespace koila {
 namespace {
 
 using Key = StructureKey;
-
-struct KeyHash {
-  size_t operator()(const Key& k) const { return static_cast<size_t>(k.a ^ (k.b * 31)); }
-};
+using KeyHash = StructureKeyHash;
 
 // What the planner keeps per root while the root lives.
 struct RootMemo {

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
 #include <algorithm>
+#include <optional>
 #include <typeinfo>
 
 #include "base/error.h"
@@ -92,14 +93,10 @@ void release_failed_backward() noexcept {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // EvalOptions::reached_leaves, as an evaluation fills it.
 class ReachedLeaves {
  public:
-  explicit ReachedLeaves(Tensors* leaves) : leaves_(leaves), seen_(leaves ? 256 : 1), leaves_seen_(leaves ? 256 : 1) {}
+  explicit ReachedLeaves(Tensors* leaves) : leaves_(leaves), seen_(256), leaves_seen_(256) {}
 
   // Op `i` of `s` ran on `args` and gave a result that requires grad.
   void note(const Schedule& s, size_t i, const Tensors& args) {
@@ -180,7 +177,8 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   if (options.reached_leaves && (options.given || !options.grad))
     fail(KOILA_ERROR_INTERNAL,
          "reached leaves are found only in an evaluation that records autograd, without given values");
-  ReachedLeaves reached(options.reached_leaves);
+  std::optional<ReachedLeaves> reached;  // made only when asked for (every evaluation passes here)
+  if (options.reached_leaves) reached.emplace(options.reached_leaves);
   std::vector<at::Tensor> values(order.size());
   Tensors args;
   size_t live = 0;
@@ -208,7 +206,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
     } catch (const c10::Error&) {
       rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
     }
-    if (options.reached_leaves && values[i].requires_grad()) reached.note(schedule, i, args);
+    if (reached && values[i].requires_grad()) reached->note(schedule, i, args);
     if (options.observe) options.observe(node, args, values[i]);
     args.clear();
     ++stats.ops_run;

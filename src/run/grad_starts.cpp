@@ -7,10 +7,6 @@ namespace {
 // The .grad's version, or -1 where it has none to trust (an inference tensor).
 int64_t version_of(const at::Tensor& grad) { return grad.is_inference() ? -1 : static_cast<int64_t>(grad._version()); }
 
-}  // namespace
-
-namespace {
-
 // Whether `t` has a .grad of its own to read (reading a non-leaf's makes LibTorch warn).
 bool has_own_grad(const at::Tensor& t) { return t.defined() && t.requires_grad() && t.is_leaf(); }
 
