@@ -604,11 +604,14 @@ KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
 /* the structure: koila's API cannot change them.                                         */
 /* ------------------------------------------------------------------------------------ */
 
-/* Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or
-   corrupt file is KOILA_ERROR_IO with the path in the message. */
+/* Loads a module onto a device ("cpu", "cuda", "cuda:N"): a TorchScript file, or a .pt2
+   archive written by torch.export.save (see "Exported programs" below; the file's content
+   decides, not its name). A missing, unreadable or corrupt file is KOILA_ERROR_IO with the
+   path in the message; a program koila cannot run is KOILA_ERROR_UNSUPPORTED naming what. */
 KOILA_API koila_status *koila_module_load(koila_module **out, const char *path, const char *device);
-/* Saves the module with its current parameters (KOILA_ERROR_IO when the file cannot be
-   written). */
+/* Saves the module with its current parameters and buffers, in the form it was loaded from
+   (TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the
+   file cannot be written. */
 KOILA_API koila_status *koila_module_save(const koila_module *m, const char *path);
 /* The result of m.forward(inputs[0], ..., inputs[n-1]); lazy if any input is, else computed
    at once (recording gradients, as eager LibTorch). The module must return one tensor
@@ -622,7 +625,8 @@ KOILA_API koila_status *koila_module_save(const koila_module *m, const char *pat
 KOILA_API koila_status *koila_module_forward(koila_tensor **out, koila_module *m,
                                              koila_tensor *const *inputs, size_t n);
 /* Sets the training flag (on: 1, off: 0) of the module and its submodules; it applies to
-   calls built afterwards. */
+   calls built afterwards. An exported program keeps the mode it was exported in: asking for
+   the other is KOILA_ERROR_UNSUPPORTED naming it (see "Exported programs"). */
 KOILA_API koila_status *koila_module_train(koila_module *m, int on);
 /* 1 when the module is in training mode. */
 KOILA_API koila_status *koila_module_is_training(const koila_module *m, int *out);
@@ -640,6 +644,54 @@ KOILA_API koila_status *koila_module_parameter_name(const koila_module *m, size_
 /* Lazy results built from the module keep what they need alive: freeing the module
    handle first is safe. */
 KOILA_API void koila_module_free(koila_module *m);
+
+/* ------------------------------------------------------------------------------------ */
+/* Exported programs and modules with several results                                    */
+/*                                                                                        */
+/* PyTorch 2.x deprecates TorchScript in favour of torch.export. A program saved with     */
+/*   ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},)) */
+/*   torch.export.save(ep, "model.pt2")                                                   */
+/* loads with koila_module_load and trains like a TorchScript module: each node of its    */
+/* graph calls its ATen operator by name and exact overload through LibTorch's dispatcher, */
+/* with autograd, so its calls are estimated, split into chunks and backpropagated as any  */
+/* module's. Read: .pt2 archives of format version 0 whose program has schema version 8    */
+/* (what torch.export.save writes from PyTorch 2.7 on, 2.11 to 2.14 included), weights    */
+/* stored raw (not pickled). Refused with KOILA_ERROR_UNSUPPORTED, naming what: other     */
+/* versions, operators this LibTorch lacks (LibTorch 1.13 lacks every operator newer than */
+/* it, scaled_dot_product_attention among them), higher-order operators (control flow,    */
+/* torch.no_grad() regions), custom objects, inputs that are not tensors, and programs    */
+/* that change their inputs or parameters in place. Its parameters and buffers are listed */
+/* in PyTorch's named_parameters() / named_buffers() order, with their dotted names.      */
+/*                                                                                        */
+/* A program keeps what it was exported with:                                             */
+/* - its mode: batch norm and dropout take training or evaluation as a constant, so        */
+/*   koila_module_train with the other mode is KOILA_ERROR_UNSUPPORTED and                */
+/*   koila_module_is_training reports the exported mode (a program without such operators */
+/*   accepts both and reports the last set, training at first);                           */
+/* - its shapes: an input dim exported as a constant must be given that size              */
+/*   (KOILA_ERROR_SHAPE). A program exported without a dynamic batch dim runs whole; a    */
+/*   plan that must split it is KOILA_ERROR_NOT_SPLITTABLE saying to export it with        */
+/*   dynamic_shapes. Sizes computed from a dynamic dim are computed again for each chunk.  */
+/* Operators given the device of export (torch.zeros(..., device=x.device)) run on the     */
+/* device the program was loaded onto.                                                    */
+/* ------------------------------------------------------------------------------------ */
+
+typedef enum koila_module_kind {
+  KOILA_MODULE_TORCHSCRIPT = 0,
+  KOILA_MODULE_EXPORTED = 1
+} koila_module_kind;
+/* What the module was loaded from. Module getters keep their siblings' order (module first,
+   out last). */
+KOILA_API koila_status *koila_module_kind_of(const koila_module *m, koila_module_kind *out);
+
+/* Buffers (batch norm running statistics, masks, ...) of the module and its submodules, in
+   the order of named_buffers(), for both kinds: count, alias (updates koila makes, such as
+   running statistics after a training step, are seen through it), dotted name (text
+   conventions as koila_tensor_to_string). */
+KOILA_API koila_status *koila_module_num_buffers(const koila_module *m, size_t *out);
+KOILA_API koila_status *koila_module_buffer(koila_tensor **out, koila_module *m, size_t i);
+KOILA_API koila_status *koila_module_buffer_name(const koila_module *m, size_t i, char *buf,
+                                                 size_t capacity, size_t *needed);
 
 /* Optimizers over concrete floating-point leaves that require grad (each at most once),
    as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam

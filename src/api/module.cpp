@@ -1,7 +1,6 @@
-// The C entry points for TorchScript modules and optimizers.
+// The C entry points for modules (TorchScript and exported programs) and optimizers.
 #include <c10/core/GradMode.h>
 #include <sys/stat.h>
-#include <torch/csrc/jit/serialization/import.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
@@ -18,7 +17,6 @@
 #include "base/error.h"
 #include "base/text.h"
 #include "graph/graph.h"
-#include "module/batch_norm_route.h"
 #include "module/module.h"
 #include "run/zeroed_grads.h"
 
@@ -26,10 +24,39 @@ using namespace koila;
 
 namespace {
 
-std::vector<at::Tensor> parameters_of(const koila_module& m) {
-  std::vector<at::Tensor> out;
-  for (const at::Tensor& p : m.module.parameters()) out.push_back(p);
-  return out;
+// A module's parameters or buffers (named_parameters() / named_buffers() order), as the
+// C API lists them: count, alias, name.
+enum class Listing { Parameters, Buffers };
+
+std::vector<std::pair<std::string, at::Tensor>> listed(const koila_module& m, Listing which) {
+  return which == Listing::Parameters ? module_parameters(m) : module_buffers(m);
+}
+
+// The i-th, or a message saying how many there are.
+std::pair<std::string, at::Tensor> listed_at(const koila_module& m, Listing which, size_t i) {
+  auto all = listed(m, which);
+  const char* what = which == Listing::Parameters ? "parameter" : "buffer";
+  if (i >= all.size())
+    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " index " + std::to_string(i) +
+                                           " is out of range: the module has " + std::to_string(all.size()) + " " +
+                                           what + "s");
+  return std::move(all[i]);
+}
+
+void count_into(const koila_module* m, Listing which, size_t* out) {
+  arg::not_null(out, "out");
+  *out = listed(arg::handle(m, "m"), which).size();
+}
+
+void alias_into(koila_tensor** out, koila_module* m, Listing which, size_t i) {
+  arg::out(out);
+  *out = new_handle(make_constant(listed_at(arg::handle(m, "m"), which, i).second));
+}
+
+void name_into(const koila_module* m, Listing which, size_t i, char* buf, size_t capacity, size_t* needed) {
+  const koila_module& module = arg::handle(m, "m");
+  arg::buffer(buf, capacity);
+  write_text(listed_at(module, which, i).first, buf, capacity, needed);
 }
 
 // Fails unless `path` names a regular file koila can read.
@@ -86,16 +113,7 @@ KOILA_API koila_status* koila_module_load(koila_module** out, const char* path, 
     const c10::Device dev = parse_device(device);
     check_readable(path);
     auto m = std::make_unique<koila_module>();
-    m->device = dev;
-    try {
-      m->module = torch::jit::load(path, dev);
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail(KOILA_ERROR_IO, std::string("cannot load a TorchScript module from '") + path +
-                               "' (missing, unreadable or corrupt): " + torch_complaint(e));
-    }
-    route_batch_norms(m->module);  // before anything runs it
+    load_module(*m, path, dev);
     *out = m.release();
   });
 }
@@ -104,13 +122,14 @@ KOILA_API koila_status* koila_module_save(const koila_module* m, const char* pat
   return guard(__func__, [&] {
     const koila_module& module = arg::handle(m, "m");
     arg::not_null(path, "path");
-    try {
-      module.module.save(path);
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail(KOILA_ERROR_IO, std::string("cannot save the module to '") + path + "': " + torch_complaint(e));
-    }
+    save_module(module, path);
+  });
+}
+
+KOILA_API koila_status* koila_module_kind_of(const koila_module* m, koila_module_kind* out) {
+  return guard(__func__, [&] {
+    arg::not_null(out, "out");
+    *out = arg::handle(m, "m").exported ? KOILA_MODULE_EXPORTED : KOILA_MODULE_TORCHSCRIPT;
   });
 }
 
@@ -126,51 +145,42 @@ KOILA_API koila_status* koila_module_forward(koila_tensor** out, koila_module* m
 
 KOILA_API koila_status* koila_module_train(koila_module* m, int on) {
   return guard(__func__, [&] {
-    const koila_module& module = arg::handle(m, "m");
-    set_training(module.module, arg::flag(on, "on"));
+    koila_module& module = arg::handle(m, "m");
+    set_module_training(module, arg::flag(on, "on"));
   });
 }
 
 KOILA_API koila_status* koila_module_is_training(const koila_module* m, int* out) {
   return guard(__func__, [&] {
     arg::not_null(out, "out");
-    *out = arg::handle(m, "m").module.is_training() ? 1 : 0;
+    *out = module_training(arg::handle(m, "m")) ? 1 : 0;
   });
 }
 
 KOILA_API koila_status* koila_module_num_parameters(const koila_module* m, size_t* out) {
-  return guard(__func__, [&] {
-    arg::not_null(out, "out");
-    *out = parameters_of(arg::handle(m, "m")).size();
-  });
+  return guard(__func__, [&] { count_into(m, Listing::Parameters, out); });
 }
 
 KOILA_API koila_status* koila_module_parameter(koila_tensor** out, koila_module* m, size_t i) {
-  return guard(__func__, [&] {
-    arg::out(out);
-    const auto params = parameters_of(arg::handle(m, "m"));
-    if (i >= params.size())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "parameter index " + std::to_string(i) + " is out of range: the module has " +
-                                             std::to_string(params.size()) + " parameters");
-    *out = new_handle(make_constant(params[i]));
-  });
+  return guard(__func__, [&] { alias_into(out, m, Listing::Parameters, i); });
 }
 
 KOILA_API koila_status* koila_module_parameter_name(const koila_module* m, size_t i, char* buf, size_t capacity,
                                                     size_t* needed) {
-  return guard(__func__, [&] {
-    const koila_module& module = arg::handle(m, "m");
-    arg::buffer(buf, capacity);
-    size_t index = 0;
-    for (const auto& named : module.module.named_parameters()) {
-      if (index++ == i) {
-        write_text(named.name, buf, capacity, needed);
-        return;
-      }
-    }
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "parameter index " + std::to_string(i) + " is out of range: the module has " +
-                                           std::to_string(index) + " parameters");
-  });
+  return guard(__func__, [&] { name_into(m, Listing::Parameters, i, buf, capacity, needed); });
+}
+
+KOILA_API koila_status* koila_module_num_buffers(const koila_module* m, size_t* out) {
+  return guard(__func__, [&] { count_into(m, Listing::Buffers, out); });
+}
+
+KOILA_API koila_status* koila_module_buffer(koila_tensor** out, koila_module* m, size_t i) {
+  return guard(__func__, [&] { alias_into(out, m, Listing::Buffers, i); });
+}
+
+KOILA_API koila_status* koila_module_buffer_name(const koila_module* m, size_t i, char* buf, size_t capacity,
+                                                 size_t* needed) {
+  return guard(__func__, [&] { name_into(m, Listing::Buffers, i, buf, capacity, needed); });
 }
 
 KOILA_API void koila_module_free(koila_module* m) { delete m; }

@@ -36,6 +36,10 @@ class Allocator : public c10::Allocator {
   virtual c10::DataPtr make(size_t bytes) const = 0;
 };
 
+// LibTorch's major version, for what a whole version lacks (1.13 has no operator newer than
+// it, scaled_dot_product_attention among them, which exported programs may call).
+constexpr int kLibTorchMajor = TORCH_VERSION_MAJOR;
+
 // An int or SymInt argument as a concrete int (2.x passes sizes as SymInt where 1.13
 // passes int; koila's meta kernels see concrete sizes only).
 int64_t concrete_int(const c10::IValue& v);

@@ -106,6 +106,19 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
     return *probe_out;
   };
 
+  // A program exported with its batch dim fixed computes for that size only.
+  if (call.exported)
+    for (size_t i = 0; i < call.n_inputs; ++i) {
+      const int64_t dim = in[i]->batch_dim;
+      if (dim < 0 || call.exported->inputs[i].sizes[static_cast<size_t>(dim)] < 0) continue;
+      inference.batch = batch::couple("was exported with a fixed batch: its input " + std::to_string(i) + " (" +
+                                      call.exported->inputs[i].name + ") has dim " + std::to_string(dim) +
+                                      " of constant size " + std::to_string(in[i]->shape[static_cast<size_t>(dim)]) +
+                                      "; export it with dynamic_shapes (torch.export.Dim) on that dim so that koila "
+                                      "can split it");
+      return out;
+    }
+
   std::string why;
   int64_t out_dim = -1;
   if (meta_runs) {

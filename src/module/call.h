@@ -5,12 +5,14 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "graph/graph.h"
 #include "koila.h"
+#include "module/exported.h"
 
 namespace koila::module_detail {
 
@@ -25,6 +27,7 @@ struct Call {
   size_t batch_norms = 0;                                    // batch norm layers that train (names: twin.h)
   Tensors batch_norm_counters;                               // their num_batches_tracked
   Tensors batch_norm_buffers;                                // their running_mean and running_var
+  std::shared_ptr<const ExportedProgram> exported;           // set for an exported program
 };
 
 // The caller's inputs as messages describe them ("none" for a call without inputs).

@@ -1,10 +1,40 @@
 #include "module/call_errors.h"
 
 #include "base/error.h"
+#include "base/text.h"
 
 namespace koila::module_detail {
 
+namespace {
+
+// An exported program's inputs: as many as it has, of its dtypes and its static sizes.
+void check_exported_inputs(const ExportedProgram& p, const Call& call, const std::vector<NodePtr>& inputs) {
+  if (inputs.size() != p.inputs.size())
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call.name + " (exported) takes " + std::to_string(p.inputs.size()) +
+                                           " inputs, got " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ExportedProgram::Input& want = p.inputs[i];
+    const Meta& got = inputs[i]->meta;
+    const std::string which =
+        "module " + call.name + " (exported): input " + std::to_string(i) + " (" + want.name + ")";
+    if (got.dtype != want.dtype)
+      fail(KOILA_ERROR_DTYPE, which + " was exported as " + dtype_name(want.dtype) + ", got " + dtype_name(got.dtype));
+    bool ok = got.shape.size() == want.sizes.size();
+    for (size_t d = 0; ok && d < got.shape.size(); ++d) ok = want.sizes[d] < 0 || want.sizes[d] == got.shape[d];
+    if (!ok) {
+      std::string exported = "[";
+      for (size_t d = 0; d < want.sizes.size(); ++d)
+        exported += (d ? ", " : "") + (want.sizes[d] < 0 ? std::string("*") : std::to_string(want.sizes[d]));
+      fail(KOILA_ERROR_SHAPE,
+           which + " was exported with shape " + exported + "]" + " (* a dynamic dim), got " + shape_string(got.shape));
+    }
+  }
+}
+
+}  // namespace
+
 void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs) {
+  if (m.exported) check_exported_inputs(*m.exported, call, inputs);
   const auto method = m.module.find_method("forward");
   if (!method) fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has no forward method");
   const c10::FunctionSchema& schema = method->function().getSchema();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "module/exported.h"
 
 namespace koila {
 
@@ -31,7 +32,8 @@ namespace module_detail {
 class InferenceMemo;  // module/inference_memo.h
 }
 
-// A TorchScript module loaded by koila_module_load.
+// A module loaded by koila_module_load: a TorchScript module, or an exported program made
+// into one (exported.h).
 struct LoadedModule {
   torch::jit::Module module;
   c10::Device device = c10::Device(c10::kCPU);
@@ -41,6 +43,8 @@ struct LoadedModule {
   std::optional<torch::jit::Module> runnable = std::nullopt;
   // What the inference of its calls found, per structure of call (made at the first call).
   std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
+  // Set for an exported program (.pt2): what the module cannot say of itself.
+  std::shared_ptr<const ExportedProgram> exported = nullptr;
 };
 
 // The node for `m.forward(inputs...)` (computed at once when no input is lazy). The call
@@ -50,6 +54,25 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs);
 
 // Sets the `training` flag of the module and of every submodule that has one.
 void set_training(const torch::jit::Module& module, bool on);
+
+// Loads the module at `path` onto `device`: a .pt2 archive (the content decides, not the
+// name) as an exported program, anything else as TorchScript. Fails with KOILA_ERROR_IO
+// (unreadable, corrupt) or KOILA_ERROR_UNSUPPORTED (what koila cannot run, named).
+void load_module(LoadedModule& m, const std::string& path, const c10::Device& device);
+
+// Saves the module to `path` as it was loaded (TorchScript, or a .pt2 archive for an exported
+// program), with its current parameters and buffers.
+void save_module(const LoadedModule& m, const std::string& path);
+
+// The module's parameters and buffers in the order of PyTorch's named_parameters() and
+// named_buffers(), with their dotted names.
+std::vector<std::pair<std::string, at::Tensor>> module_parameters(const LoadedModule& m);
+std::vector<std::pair<std::string, at::Tensor>> module_buffers(const LoadedModule& m);
+
+// Whether the module trains (koila_module_is_training), and switching it (an exported
+// program only to the mode it was exported in: KOILA_ERROR_UNSUPPORTED otherwise).
+bool module_training(const LoadedModule& m);
+void set_module_training(LoadedModule& m, bool on);
 
 // The module's type name without TorchScript's "__torch__." prefix.
 std::string module_name(const torch::jit::Module& module);

@@ -59,6 +59,7 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
   call->name = module_name(m.module);
   call->n_inputs = inputs.size();
   call->inputs = inputs;  // described only when a message needs them
+  call->exported = m.exported;
   module_detail::check_call(m, *call, inputs);
 
   // The call runs the module as it is now: a twin shares its tensors but keeps its own

@@ -1117,6 +1117,31 @@ std::vector<Entry> make_table() {
     text_out(st, "koila_module_parameter_name",
              [&](char* b, size_t c, size_t* n) { return koila_module_parameter_name(m, i, b, c, n); });
   });
+  add("koila_module_kind_of", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    koila_module_kind kind;
+    note("koila_module_kind_of");
+    check(koila_module_kind_of(m, st.in.chance(5) ? nullptr : &kind), "koila_module_kind_of");
+  });
+  add("koila_module_num_buffers", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    size_t n;
+    note("koila_module_num_buffers");
+    check(koila_module_num_buffers(m, st.in.chance(5) ? nullptr : &n), "koila_module_num_buffers");
+  });
+  add("koila_module_buffer", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    const size_t i = static_cast<size_t>(st.in.chance(10) ? st.in.range(0, 1000) : st.in.range(0, 3));
+    note("koila_module_buffer " + std::to_string(i));
+    op_result(st, "koila_module_buffer", -1, [&](koila_tensor** o) { return koila_module_buffer(o, m, i); });
+  });
+  add("koila_module_buffer_name", 1, [](State& st) {
+    koila_module* m = pick_module(st);
+    const size_t i = static_cast<size_t>(st.in.range(0, 4));
+    note("koila_module_buffer_name");
+    text_out(st, "koila_module_buffer_name",
+             [&](char* b, size_t c, size_t* n) { return koila_module_buffer_name(m, i, b, c, n); });
+  });
   add("koila_module_free", 1, [](State& st) {
     note("koila_module_free");
     if (st.modules.empty() || st.in.chance(10)) return koila_module_free(nullptr);
@@ -1238,7 +1263,7 @@ void run(State& st, long calls) {
 // copies, random bytes, an empty file and a directory, plus a path that does not exist.
 std::vector<std::string> make_corpus(const std::string& dir, const std::string& scratch) {
   std::vector<std::string> files;
-  for (const char* name : {"mlp.pt", "cnn.pt"}) {
+  for (const char* name : {"mlp.pt", "cnn.pt", "mlp.pt2", "convbn_train.pt2"}) {
     const std::string path = dir + "/" + name;
     std::ifstream file(path, std::ios::binary);
     if (!file) continue;

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: b4a4d1e1edae76e8a598dd29eb0bfc693bfac07782dde2fd6c68f3d41c00fe05
+# Header sha256: bba3ce299d5c46a3c93baf73dcafd7b14e40eb1f5b871694b16114d68b033975
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -180,6 +180,11 @@ end
     KOILA_CHUNK_FASTEST = 1
 end
 
+@enum koila_module_kind::Cint begin
+    KOILA_MODULE_TORCHSCRIPT = 0
+    KOILA_MODULE_EXPORTED = 1
+end
+
 # ----------------------------------------------------------------------------------------
 # Callbacks: C function pointers, passed as a @cfunction (a Ptr{Cvoid}) or C_NULL
 # ----------------------------------------------------------------------------------------
@@ -322,6 +327,10 @@ const _fptr_koila_module_num_parameters = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_parameter = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_parameter_name = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_module_kind_of = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_module_num_buffers = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_module_buffer = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_module_buffer_name = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_sgd = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_adam = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_step = Ref{Ptr{Cvoid}}(C_NULL)
@@ -461,6 +470,10 @@ const _FUNCTIONS = (
     (:koila_module_parameter, _fptr_koila_module_parameter),
     (:koila_module_parameter_name, _fptr_koila_module_parameter_name),
     (:koila_module_free, _fptr_koila_module_free),
+    (:koila_module_kind_of, _fptr_koila_module_kind_of),
+    (:koila_module_num_buffers, _fptr_koila_module_num_buffers),
+    (:koila_module_buffer, _fptr_koila_module_buffer),
+    (:koila_module_buffer_name, _fptr_koila_module_buffer_name),
     (:koila_optimizer_sgd, _fptr_koila_optimizer_sgd),
     (:koila_optimizer_adam, _fptr_koila_optimizer_adam),
     (:koila_optimizer_step, _fptr_koila_optimizer_step),
@@ -1863,7 +1876,7 @@ end
 
 C: `koila_status *koila_module_load(koila_module **out, const char *path, const char *device);`
 
-Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or corrupt file is KOILA_ERROR_IO with the path in the message.
+Loads a module onto a device ("cpu", "cuda", "cuda:N"): a TorchScript file, or a .pt2 archive written by torch.export.save (see "Exported programs" below; the file's content decides, not its name). A missing, unreadable or corrupt file is KOILA_ERROR_IO with the path in the message; a program koila cannot run is KOILA_ERROR_UNSUPPORTED naming what.
 """
 function koila_module_load(out, path, device)
     fptr = _fptr_koila_module_load[]
@@ -1876,7 +1889,7 @@ end
 
 C: `koila_status *koila_module_save(const koila_module *m, const char *path);`
 
-Saves the module with its current parameters (KOILA_ERROR_IO when the file cannot be written).
+Saves the module with its current parameters and buffers, in the form it was loaded from (TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the file cannot be written.
 """
 function koila_module_save(m, path)
     fptr = _fptr_koila_module_save[]
@@ -1902,7 +1915,7 @@ end
 
 C: `koila_status *koila_module_train(koila_module *m, int on);`
 
-Sets the training flag (on: 1, off: 0) of the module and its submodules; it applies to calls built afterwards.
+Sets the training flag (on: 1, off: 0) of the module and its submodules; it applies to calls built afterwards. An exported program keeps the mode it was exported in: asking for the other is KOILA_ERROR_UNSUPPORTED naming it (see "Exported programs").
 """
 function koila_module_train(m, on)
     fptr = _fptr_koila_module_train[]
@@ -1973,6 +1986,54 @@ function koila_module_free(m)
     fptr = _fptr_koila_module_free[]
     fptr == C_NULL && _not_loaded(:koila_module_free)
     ccall(fptr, Cvoid, (Ptr{koila_module},), m)
+end
+
+"""
+    koila_module_kind_of(m, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_module_kind_of(const koila_module *m, koila_module_kind *out);`
+
+What the module was loaded from. Module getters keep their siblings' order (module first, out last).
+"""
+function koila_module_kind_of(m, out)
+    fptr = _fptr_koila_module_kind_of[]
+    fptr == C_NULL && _not_loaded(:koila_module_kind_of)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_module}, Ptr{koila_module_kind}), m, out)
+end
+
+"""
+    koila_module_num_buffers(m, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_module_num_buffers(const koila_module *m, size_t *out);`
+
+Buffers (batch norm running statistics, masks, ...) of the module and its submodules, in the order of named_buffers(), for both kinds: count, alias (updates koila makes, such as running statistics after a training step, are seen through it), dotted name (text conventions as koila_tensor_to_string).
+"""
+function koila_module_num_buffers(m, out)
+    fptr = _fptr_koila_module_num_buffers[]
+    fptr == C_NULL && _not_loaded(:koila_module_num_buffers)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_module}, Ptr{Csize_t}), m, out)
+end
+
+"""
+    koila_module_buffer(out, m, i) -> Ptr{koila_status}
+
+C: `koila_status *koila_module_buffer(koila_tensor **out, koila_module *m, size_t i);`
+"""
+function koila_module_buffer(out, m, i)
+    fptr = _fptr_koila_module_buffer[]
+    fptr == C_NULL && _not_loaded(:koila_module_buffer)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{koila_module}, Csize_t), out, m, i)
+end
+
+"""
+    koila_module_buffer_name(m, i, buf, capacity, needed) -> Ptr{koila_status}
+
+C: `koila_status *koila_module_buffer_name(const koila_module *m, size_t i, char *buf, size_t capacity, size_t *needed);`
+"""
+function koila_module_buffer_name(m, i, buf, capacity, needed)
+    fptr = _fptr_koila_module_buffer_name[]
+    fptr == C_NULL && _not_loaded(:koila_module_buffer_name)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_module}, Csize_t, Ptr{UInt8}, Csize_t, Ptr{Csize_t}), m, i, buf, capacity, needed)
 end
 
 """

@@ -1021,8 +1021,10 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Loads a module onto a device (\"cpu\", \"cuda\", \"cuda:N\"). A missing, unreadable or"]
-    #[doc = "corrupt file is KOILA_ERROR_IO with the path in the message."]
+    #[doc = " Loads a module onto a device (\"cpu\", \"cuda\", \"cuda:N\"): a TorchScript file, or a .pt2"]
+    #[doc = "archive written by torch.export.save (see \"Exported programs\" below; the file's content"]
+    #[doc = "decides, not its name). A missing, unreadable or corrupt file is KOILA_ERROR_IO with the"]
+    #[doc = "path in the message; a program koila cannot run is KOILA_ERROR_UNSUPPORTED naming what."]
     pub fn koila_module_load(
         out: *mut *mut koila_module,
         path: *const ::std::os::raw::c_char,
@@ -1030,8 +1032,9 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Saves the module with its current parameters (KOILA_ERROR_IO when the file cannot be"]
-    #[doc = "written)."]
+    #[doc = " Saves the module with its current parameters and buffers, in the form it was loaded from"]
+    #[doc = "(TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the"]
+    #[doc = "file cannot be written."]
     pub fn koila_module_save(
         m: *const koila_module,
         path: *const ::std::os::raw::c_char,
@@ -1056,7 +1059,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Sets the training flag (on: 1, off: 0) of the module and its submodules; it applies to"]
-    #[doc = "calls built afterwards."]
+    #[doc = "calls built afterwards. An exported program keeps the mode it was exported in: asking for"]
+    #[doc = "the other is KOILA_ERROR_UNSUPPORTED naming it (see \"Exported programs\")."]
     pub fn koila_module_train(m: *mut koila_module, on: ::std::os::raw::c_int)
         -> *mut koila_status;
 }
@@ -1100,6 +1104,41 @@ extern "C" {
     #[doc = " Lazy results built from the module keep what they need alive: freeing the module"]
     #[doc = "handle first is safe."]
     pub fn koila_module_free(m: *mut koila_module);
+}
+pub const KOILA_MODULE_TORCHSCRIPT: koila_module_kind = 0;
+pub const KOILA_MODULE_EXPORTED: koila_module_kind = 1;
+#[doc = " ------------------------------------------------------------------------------------ */"]
+pub type koila_module_kind = ::std::os::raw::c_uint;
+extern "C" {
+    #[doc = " What the module was loaded from. Module getters keep their siblings' order (module first,"]
+    #[doc = "out last)."]
+    pub fn koila_module_kind_of(
+        m: *const koila_module,
+        out: *mut koila_module_kind,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Buffers (batch norm running statistics, masks, ...) of the module and its submodules, in"]
+    #[doc = "the order of named_buffers(), for both kinds: count, alias (updates koila makes, such as"]
+    #[doc = "running statistics after a training step, are seen through it), dotted name (text"]
+    #[doc = "conventions as koila_tensor_to_string)."]
+    pub fn koila_module_num_buffers(m: *const koila_module, out: *mut usize) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_module_buffer(
+        out: *mut *mut koila_tensor,
+        m: *mut koila_module,
+        i: usize,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_module_buffer_name(
+        m: *const koila_module,
+        i: usize,
+        buf: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        needed: *mut usize,
+    ) -> *mut koila_status;
 }
 extern "C" {
     #[doc = " Optimizers over concrete floating-point leaves that require grad (each at most once),"]

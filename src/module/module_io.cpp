@@ -1,0 +1,104 @@
+// Loading and saving modules of either kind, their parameters, buffers and training mode
+// (module.h).
+#include <torch/csrc/jit/serialization/import.h>
+
+#include "base/error.h"
+#include "module/batch_norm_route.h"
+#include "module/module.h"
+#include "module/pt2_archive.h"
+#include "module/pt2_program.h"
+
+namespace koila {
+
+namespace {
+
+using Named = std::vector<std::pair<std::string, at::Tensor>>;
+
+// The exported program's tensor at dotted `name`.
+at::Tensor attribute_at(const torch::jit::Module& module, const std::string& name) {
+  torch::jit::Module owner = module;
+  size_t start = 0;
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
+    owner = owner.attr(name.substr(start, dot - start)).toModule();
+    start = dot + 1;
+  }
+  return owner.attr(name.substr(start)).toTensor();
+}
+
+Named by_name(const LoadedModule& m, const std::vector<std::string>& names) {
+  Named out;
+  for (const std::string& name : names) out.emplace_back(name, attribute_at(m.module, name));
+  return out;
+}
+
+const char* mode_name(ExportedProgram::Mode mode) {
+  return mode == ExportedProgram::Mode::Training ? "training" : "evaluation";
+}
+
+}  // namespace
+
+void load_module(LoadedModule& m, const std::string& path, const c10::Device& device) {
+  m.device = device;
+  if (module_detail::is_pt2_archive(path)) {
+    module_detail::BuiltProgram built = module_detail::load_program(path, device);
+    m.module = built.module;
+    m.exported = built.program;
+  } else {
+    try {
+      m.module = torch::jit::load(path, device);
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(KOILA_ERROR_IO, "cannot load a TorchScript module or .pt2 archive from '" + path +
+                               "' (missing, unreadable or corrupt): " + torch_complaint(e));
+    }
+  }
+  route_batch_norms(m.module);  // before anything runs it
+}
+
+void save_module(const LoadedModule& m, const std::string& path) {
+  if (m.exported) return module_detail::save_program(*m.exported, m.module, path);
+  try {
+    m.module.save(path);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(KOILA_ERROR_IO, "cannot save the module to '" + path + "': " + torch_complaint(e));
+  }
+}
+
+Named module_parameters(const LoadedModule& m) {
+  if (m.exported) return by_name(m, m.exported->parameters);
+  Named out;
+  for (const auto& p : m.module.named_parameters()) out.emplace_back(p.name, p.value);
+  return out;
+}
+
+Named module_buffers(const LoadedModule& m) {
+  if (m.exported) return by_name(m, m.exported->buffers);
+  Named out;
+  for (const auto& b : m.module.named_buffers()) out.emplace_back(b.name, b.value);
+  return out;
+}
+
+bool module_training(const LoadedModule& m) {
+  if (m.exported && m.exported->mode != ExportedProgram::Mode::Either)
+    return m.exported->mode == ExportedProgram::Mode::Training;
+  return m.module.is_training();
+}
+
+void set_module_training(LoadedModule& m, bool on) {
+  if (m.exported && m.exported->mode != ExportedProgram::Mode::Either) {
+    const bool training = m.exported->mode == ExportedProgram::Mode::Training;
+    if (on != training)
+      fail(KOILA_ERROR_UNSUPPORTED, std::string("the exported program '") + m.exported->path + "' was exported in " +
+                                        mode_name(m.exported->mode) +
+                                        " mode, which its operators keep (batch norm and dropout take it as a "
+                                        "constant); export it again after model." +
+                                        (on ? "train()" : "eval()") + " for " + (on ? "training" : "evaluation"));
+    return;
+  }
+  set_training(m.module, on);
+}
+
+}  // namespace koila

@@ -1,0 +1,253 @@
+#include "module/pt2_archive.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "base/error.h"
+#include "base/text.h"
+
+namespace koila::module_detail {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using caffe2::serialize::PyTorchStreamReader;
+
+constexpr const char* kWeightsDir = "data/weights/";
+constexpr const char* kConstantsDir = "data/constants/";
+
+// The archive, opened; what the zip reader throws (not a zip, truncated, corrupt) is an IO
+// error naming the file.
+std::unique_ptr<PyTorchStreamReader> open_zip(const std::string& path) {
+  try {
+    return std::make_unique<PyTorchStreamReader>(path);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(KOILA_ERROR_IO, "cannot read '" + path + "' as a zip archive (truncated or corrupt?): " + torch_complaint(e));
+  }
+}
+
+std::string read_record(PyTorchStreamReader& zip, const std::string& path, const std::string& name) {
+  try {
+    if (!zip.hasRecord(name)) fail(KOILA_ERROR_IO, "'" + path + "' has no record '" + name + "'");
+    auto [data, size] = zip.getRecord(name);
+    return std::string(static_cast<const char*>(data.get()), size);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(KOILA_ERROR_IO,
+         "cannot read record '" + name + "' of '" + path + "' (truncated or corrupt?): " + torch_complaint(e));
+  }
+}
+
+Json parse_json(const std::string& text, const std::string& path, const std::string& name) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    fail(KOILA_ERROR_IO, "record '" + name + "' of '" + path + "' is not valid JSON (corrupt?): " + e.what());
+  }
+}
+
+// Trailing whitespace off a short text record ("pt2\n" reads as "pt2").
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// A field of a JSON object, or an IO error naming what is missing.
+const Json& field(const Json& j, const char* key, const std::string& what) {
+  if (!j.is_object() || !j.contains(key)) fail(KOILA_ERROR_IO, what + " has no '" + key + "' (corrupt archive?)");
+  return j.at(key);
+}
+
+int64_t concrete_int(const Json& sym, const std::string& what) {
+  if (sym.is_object() && sym.contains("as_int") && sym.at("as_int").is_number_integer())
+    return sym.at("as_int").get<int64_t>();
+  fail(KOILA_ERROR_UNSUPPORTED, what + " is symbolic; koila reads weights of concrete sizes only");
+}
+
+std::vector<int64_t> concrete_ints(const Json& list, const std::string& what) {
+  if (!list.is_array()) fail(KOILA_ERROR_IO, what + " is not a list (corrupt archive?)");
+  std::vector<int64_t> out;
+  for (const Json& s : list) out.push_back(concrete_int(s, what));
+  return out;
+}
+
+// The payloads of one config (weights or constants): each file read once, each payload a
+// view of its file as its tensor_meta says.
+std::vector<Pt2Payload> read_payloads(PyTorchStreamReader& zip, const std::string& path, const Json& config,
+                                      const std::string& dir) {
+  std::vector<Pt2Payload> out;
+  std::map<std::string, at::Tensor> files;
+  const Json& entries = field(config, "config", dir + "'s payload config");
+  if (!entries.is_object()) fail(KOILA_ERROR_IO, dir + "'s payload config is not an object (corrupt archive?)");
+  for (const auto& [name, meta] : entries.items()) {
+    const std::string what = "'" + name + "' in '" + path + "'";
+    if (field(meta, "use_pickle", what).get<bool>())
+      fail(KOILA_ERROR_UNSUPPORTED, what +
+                                        " is stored pickled (a tensor subclass or custom object), which koila "
+                                        "cannot read");
+    const Json& tm = field(meta, "tensor_meta", what);
+    if (tm.is_null()) fail(KOILA_ERROR_UNSUPPORTED, what + " is not a tensor");
+    const at::ScalarType dtype = pt2_dtype(field(tm, "dtype", what).get<int>(), what);
+    if (field(tm, "layout", what).get<int>() != 7)
+      fail(KOILA_ERROR_UNSUPPORTED, what + " is not a strided (dense) tensor");
+    const std::vector<int64_t> sizes = concrete_ints(field(tm, "sizes", what), what + "'s size");
+    const std::vector<int64_t> strides = concrete_ints(field(tm, "strides", what), what + "'s stride");
+    const int64_t offset = concrete_int(field(tm, "storage_offset", what), what + "'s storage offset");
+    if (sizes.size() != strides.size()) fail(KOILA_ERROR_IO, what + " has sizes and strides of different ranks");
+    const std::string file = field(meta, "path_name", what).get<std::string>();
+    auto found = files.find(file);
+    if (found == files.end()) {
+      const std::string bytes = read_record(zip, path, dir + file);
+      const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+      if (static_cast<int64_t>(bytes.size()) % element != 0)
+        fail(KOILA_ERROR_IO, "record '" + dir + file + "' of '" + path + "' holds " + std::to_string(bytes.size()) +
+                                 " bytes, not a whole number of " + dtype_name(dtype) + " elements (corrupt?)");
+      at::Tensor flat = at::empty({static_cast<int64_t>(bytes.size()) / element}, at::TensorOptions().dtype(dtype));
+      if (!bytes.empty()) std::memcpy(flat.data_ptr(), bytes.data(), bytes.size());
+      found = files.emplace(file, flat).first;
+    }
+    at::Tensor flat = found->second;
+    int64_t last = offset;  // the last element the view reaches
+    bool empty = false;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] < 0 || strides[d] < 0) fail(KOILA_ERROR_IO, what + " has a negative size or stride (corrupt?)");
+      if (sizes[d] == 0) empty = true;
+      last += (sizes[d] - 1) * strides[d];
+    }
+    at::Tensor value;
+    if (empty || flat.numel() == 0) {  // a record without bytes loads as zeros, as PyTorch loads it
+      value = at::zeros(sizes, at::TensorOptions().dtype(dtype));
+    } else {
+      if (offset < 0 || last >= flat.numel())
+        fail(KOILA_ERROR_IO, what + " reaches past the end of its record '" + dir + file + "' (truncated or corrupt?)");
+      value = flat.as_strided(sizes, strides, offset);
+    }
+    out.push_back({name, value, field(meta, "is_param", what).get<bool>(), file});
+  }
+  return out;
+}
+
+}  // namespace
+
+at::ScalarType pt2_dtype(int code, const std::string& what) {
+  switch (code) {
+    case 1: return at::kByte;
+    case 2: return at::kChar;
+    case 3: return at::kShort;
+    case 4: return at::kInt;
+    case 5: return at::kLong;
+    case 6: return at::kHalf;
+    case 7: return at::kFloat;
+    case 8: return at::kDouble;
+    case 9: return at::kComplexHalf;
+    case 10: return at::kComplexFloat;
+    case 11: return at::kComplexDouble;
+    case 12: return at::kBool;
+    case 13: return at::kBFloat16;
+    default:
+      fail(KOILA_ERROR_UNSUPPORTED, what + " has dtype code " + std::to_string(code) +
+                                        " (an unsigned or 8-bit float type, or unknown), which koila does not support");
+  }
+}
+
+int pt2_dtype_code(at::ScalarType type) {
+  for (int code = 1; code <= 13; ++code)
+    if (pt2_dtype(code, "") == type) return code;
+  fail(KOILA_ERROR_UNSUPPORTED,
+       std::string("the dtype ") + dtype_name(type) + " has no code in the .pt2 format koila writes");
+}
+
+bool is_pt2_archive(const std::string& path) {
+  try {
+    PyTorchStreamReader zip(path);
+    if (!zip.hasRecord("archive_format")) return false;
+    auto [data, size] = zip.getRecord("archive_format");
+    return trimmed(std::string(static_cast<const char*>(data.get()), size)) == "pt2";
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+Pt2Archive read_pt2_archive(const std::string& path) {
+  std::unique_ptr<PyTorchStreamReader> zip = open_zip(path);
+  Pt2Archive a;
+  a.path = path;
+  const std::string format = trimmed(read_record(*zip, path, "archive_format"));
+  if (format != "pt2")
+    fail(KOILA_ERROR_UNSUPPORTED, "'" + path + "' is an archive of format '" + format + "', not pt2");
+  const std::string version =
+      zip->hasRecord("archive_version") ? trimmed(read_record(*zip, path, "archive_version")) : std::string("0");
+  if (version != "0")
+    fail(KOILA_ERROR_UNSUPPORTED, "'" + path + "' is a pt2 archive of version " + version + "; koila reads version 0");
+  if (zip->hasRecord("byteorder")) {
+    const std::string order = trimmed(read_record(*zip, path, "byteorder"));
+    if (order != "little")
+      fail(KOILA_ERROR_UNSUPPORTED,
+           "'" + path + "' stores its weights " + order + "-endian; koila reads little-endian");
+  }
+  try {
+    a.records = zip->getAllRecords();
+  } catch (const std::exception& e) {
+    fail(KOILA_ERROR_IO, "cannot list the records of '" + path + "': " + torch_complaint(e));
+  }
+  std::vector<std::string> models;
+  for (const std::string& r : a.records) {
+    const std::string prefix = "models/", suffix = ".json";
+    if (r.rfind(prefix, 0) == 0 && r.size() > prefix.size() + suffix.size() &&
+        r.compare(r.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        r.find('/', prefix.size()) == std::string::npos)
+      models.push_back(r.substr(prefix.size(), r.size() - prefix.size() - suffix.size()));
+  }
+  if (models.empty()) {
+    const bool aoti = std::any_of(a.records.begin(), a.records.end(),
+                                  [](const std::string& r) { return r.rfind("data/aotinductor/", 0) == 0; });
+    fail(aoti ? KOILA_ERROR_UNSUPPORTED : KOILA_ERROR_IO,
+         "'" + path + "' holds no exported program (models/*.json)" +
+             (aoti ? std::string(": it is an AOTInductor package (compiled for inference), which koila cannot train; "
+                                 "save the program itself with torch.export.save")
+                   : std::string(" (corrupt?)")));
+  }
+  if (models.size() > 1 && std::find(models.begin(), models.end(), "model") == models.end())
+    fail(KOILA_ERROR_UNSUPPORTED, "'" + path + "' holds " + std::to_string(models.size()) +
+                                      " exported programs and none is named 'model'; koila loads one program");
+  a.model = models.size() == 1 ? models[0] : "model";
+  a.program = parse_json(read_record(*zip, path, "models/" + a.model + ".json"), path, "models/" + a.model + ".json");
+
+  const Json& schema = field(a.program, "schema_version", "the program");
+  const int major = field(schema, "major", "schema_version").get<int>();
+  const int minor = field(schema, "minor", "schema_version").get<int>();
+  if (major != 8)
+    fail(KOILA_ERROR_UNSUPPORTED, "'" + path + "' holds a program of schema version " + std::to_string(major) + "." +
+                                      std::to_string(minor) + " (torch " +
+                                      a.program.value("torch_version", std::string("unknown")) +
+                                      "); koila reads schema version 8 (PyTorch 2.3 to 2.14 and later 2.x)");
+
+  const std::string legacy = std::string(kWeightsDir) + a.model + ".pt";
+  if (zip->hasRecord(legacy))
+    fail(KOILA_ERROR_UNSUPPORTED, "'" + path + "' stores its weights pickled (" + legacy +
+                                      ", PyTorch 2.6 or older); save the program again with torch.export.save from "
+                                      "PyTorch 2.7 or newer");
+  const std::string weights = std::string(kWeightsDir) + a.model + "_weights_config.json";
+  const std::string constants = std::string(kConstantsDir) + a.model + "_constants_config.json";
+  a.weights_config = parse_json(read_record(*zip, path, weights), path, weights);
+  a.weights = read_payloads(*zip, path, a.weights_config, kWeightsDir);
+  if (zip->hasRecord(constants)) {
+    a.constants_config = parse_json(read_record(*zip, path, constants), path, constants);
+    a.constants = read_payloads(*zip, path, a.constants_config, kConstantsDir);
+  }
+  return a;
+}
+
+}  // namespace koila::module_detail

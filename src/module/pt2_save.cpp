@@ -1,0 +1,180 @@
+// save_program: an exported program written back as a .pt2 archive that torch.export.load
+// reads, with the module's current parameters and buffers. Every record but the payloads is
+// copied as it was loaded; the payloads are rewritten at their files and offsets, so that
+// weights that shared storage (tied weights) still do. The archive is written beside
+// `path` and renamed over it once it is complete and on disk: a failure leaves the old file.
+#include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "base/error.h"
+#include "module/pt2_archive.h"
+#include "module/pt2_program.h"
+
+namespace koila::module_detail {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The module's tensor at dotted `name`.
+at::Tensor tensor_at(const torch::jit::Module& module, const std::string& name) {
+  c10::IValue v = module._ivalue();
+  size_t start = 0;
+  while (true) {
+    const size_t dot = name.find('.', start);
+    const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!v.isObject() || !v.toObject()->type()->hasAttribute(part))
+      fail(KOILA_ERROR_INTERNAL, "the exported program's module has no '" + name + "'");
+    v = v.toObject()->getAttr(part);
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (!v.isTensor()) fail(KOILA_ERROR_INTERNAL, "the exported program's '" + name + "' is not a tensor");
+  return v.toTensor();
+}
+
+std::vector<int64_t> ints_of(const Json& list) {
+  std::vector<int64_t> out;
+  for (const Json& s : list) out.push_back(s.at("as_int").get<int64_t>());
+  return out;
+}
+
+// The files of one payload config, rebuilt from the module's tensors over the bytes they
+// had (parts of a file no tensor covers keep theirs).
+std::map<std::string, std::string> payload_files(const Json& config, const torch::jit::Module& module,
+                                                 caffe2::serialize::PyTorchStreamReader* original,
+                                                 const std::string& dir) {
+  std::map<std::string, at::Tensor> files;
+  for (const auto& [name, meta] : config.at("config").items()) {
+    const Json& tm = meta.at("tensor_meta");
+    const at::ScalarType dtype = pt2_dtype(tm.at("dtype").get<int>(), name);
+    const std::vector<int64_t> sizes = ints_of(tm.at("sizes")), strides = ints_of(tm.at("strides"));
+    const int64_t offset = tm.at("storage_offset").at("as_int").get<int64_t>();
+    const std::string file = meta.at("path_name").get<std::string>();
+    auto found = files.find(file);
+    if (found == files.end()) {
+      at::Tensor flat;
+      if (original && original->hasRecord(dir + file)) {
+        auto [data, size] = original->getRecord(dir + file);
+        flat = at::empty({static_cast<int64_t>(size / c10::elementSize(dtype))}, at::TensorOptions().dtype(dtype));
+        if (size) std::memcpy(flat.data_ptr(), data.get(), flat.numel() * c10::elementSize(dtype));
+      } else {
+        flat = at::zeros({0}, at::TensorOptions().dtype(dtype));
+      }
+      found = files.emplace(file, flat).first;
+    }
+    int64_t last = offset;
+    bool empty = false;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] == 0) empty = true;
+      last += (sizes[d] - 1) * strides[d];
+    }
+    if (empty) continue;
+    at::Tensor& flat = found->second;
+    if (last >= flat.numel()) {  // the original file is gone or shorter: grow it
+      at::Tensor grown = at::zeros({last + 1}, flat.options());
+      grown.narrow(0, 0, flat.numel()).copy_(flat);
+      flat = grown;
+    }
+    const at::Tensor current = tensor_at(module, name);
+    c10::NoGradGuard no_grad;
+    flat.as_strided(sizes, strides, offset).copy_(current.detach().to(at::kCPU));
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [file, flat] : files)
+    out[file] = std::string(static_cast<const char*>(flat.data_ptr()), flat.numel() * flat.element_size());
+  return out;
+}
+
+[[noreturn]] void io_failure(const std::string& path, const std::string& what) {
+  fail(KOILA_ERROR_IO, "cannot save the exported program to '" + path + "': " + what);
+}
+
+}  // namespace
+
+void save_program(const ExportedProgram& program, const torch::jit::Module& module, const std::string& path) {
+  const Pt2Archive& a = *program.archive;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> original;
+  try {
+    original = std::make_unique<caffe2::serialize::PyTorchStreamReader>(a.path);
+  } catch (const std::exception&) {
+    original.reset();  // moved or deleted since it was loaded: what koila kept is enough
+  }
+  const std::string weights_dir = "data/weights/", constants_dir = "data/constants/";
+  const std::string weights_config = weights_dir + a.model + "_weights_config.json";
+  const std::string constants_config = constants_dir + a.model + "_constants_config.json";
+  std::map<std::string, std::string> records;
+  for (const auto& [file, bytes] : payload_files(a.weights_config, module, original.get(), weights_dir))
+    records[weights_dir + file] = bytes;
+  if (!a.constants_config.is_null())
+    for (const auto& [file, bytes] : payload_files(a.constants_config, module, original.get(), constants_dir))
+      records[constants_dir + file] = bytes;
+  records[weights_config] = a.weights_config.dump();
+  if (!a.constants_config.is_null()) records[constants_config] = a.constants_config.dump();
+  records["models/" + a.model + ".json"] = a.program.dump();
+  records["archive_format"] = "pt2";
+  records["archive_version"] = "0";
+  records["byteorder"] = "little";
+  if (original)
+    for (const std::string& r : a.records) {
+      if (records.count(r) || r.rfind(".data/", 0) == 0) continue;
+      if (r.rfind(weights_dir, 0) == 0 || r.rfind(constants_dir, 0) == 0) continue;  // payloads: rewritten
+      try {
+        auto [data, size] = original->getRecord(r);
+        records[r] = std::string(static_cast<const char*>(data.get()), size);
+      } catch (const std::exception&) {
+        // An optional record (sample inputs, extra files) that cannot be read: left out.
+      }
+    }
+
+  const std::string temp = path + ".koila-" + std::to_string(::getpid()) + ".tmp";
+  FILE* file = std::fopen(temp.c_str(), "wb");
+  if (!file) io_failure(path, std::string("cannot create '") + temp + "': " + std::strerror(errno));
+  bool write_failed = false;
+  int write_errno = 0;
+  try {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+      if (write_failed) return 0;
+      if (std::fwrite(data, 1, size, file) != size) {
+        write_failed = true;
+        write_errno = errno;
+        return 0;
+      }
+      return size;
+    });
+    writer.setMinVersion(6);
+    for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
+    writer.writeEndOfFile();
+  } catch (const std::exception& e) {
+    write_failed = true;
+    if (!write_errno) write_errno = EIO;
+  }
+  const bool flushed = !write_failed && std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
+  const int flush_errno = errno;
+  std::fclose(file);
+  if (write_failed || !flushed) {
+    std::remove(temp.c_str());
+    io_failure(path, std::strerror(write_failed ? write_errno : flush_errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(temp.c_str());
+    io_failure(path, std::strerror(e));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    (void)::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace koila::module_detail

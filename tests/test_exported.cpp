@@ -1,0 +1,378 @@
+// Exported programs (.pt2 archives of torch.export) loaded and trained through the C API,
+// against PyTorch's own results for the same programs: tests/exported/make_programs.py
+// wrote them with PyTorch 2.13 and 2.14.1 into tests/data/exported/<version>/ (see its
+// docstring), together with the logits, loss, gradients and buffers PyTorch computed on the
+// program loaded back (torch.export.load(...).module()).
+#include <caffe2/serialize/inline_container.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "base/libtorch_compat.h"
+#include "corpus/corpus.h"
+#include "module_helpers.h"
+#include "plan/planner.h"
+
+namespace koila_test {
+namespace {
+
+const std::string kFixtures = KOILA_EXPORTED_FIXTURES;
+
+struct Case {
+  std::string version, name, mode, batch;
+  std::string path() const { return kFixtures + "/" + version + "/" + name + ".pt2"; }
+  std::string label() const {
+    std::string v = version;
+    for (char& c : v)
+      if (c == '.') c = '_';
+    return name + "_torch" + v;
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const std::string version : {"2.13.0", "2.14.1"}) {
+    std::ifstream manifest(kFixtures + "/" + version + "/MANIFEST");
+    std::string line;
+    while (std::getline(manifest, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream words(line);
+      Case c;
+      c.version = version;
+      words >> c.name;
+      std::string word;
+      while (words >> word) {
+        if (word.rfind("mode=", 0) == 0) c.mode = word.substr(5);
+        if (word.rfind("batch=", 0) == 0) c.batch = word.substr(6);
+      }
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// NAME.ref.pt: a dict of tensors, in the order make_programs.py wrote them.
+std::vector<std::pair<std::string, at::Tensor>> reference(const Case& c) {
+  std::ifstream file(kFixtures + "/" + c.version + "/" + c.name + ".ref.pt", std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& kv : torch::pickle_load(bytes).toGenericDict())
+    out.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
+  return out;
+}
+
+at::Tensor ref_at(const std::vector<std::pair<std::string, at::Tensor>>& ref, const std::string& key) {
+  for (const auto& [k, v] : ref)
+    if (k == key) return v;
+  ADD_FAILURE() << "no " << key << " in the reference";
+  return at::Tensor();
+}
+
+std::string underscored(std::string name) {
+  std::string out;
+  for (char c : name) out += c == '.' ? std::string("__") : std::string(1, c);
+  return out;
+}
+
+// Whether the LibTorch under test has what the case needs: LibTorch 1.13 has no
+// scaled_dot_product_attention (PyTorch 2.0).
+bool runs_here(const Case& c) { return !(c.name == "attention" && koila::compat::kLibTorchMajor < 2); }
+
+ModuleHandle load(const std::string& path) {
+  koila_module* m = nullptr;
+  koila_status* s = koila_module_load(&m, path.c_str(), "cpu");
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  return ModuleHandle(m);
+}
+
+std::vector<std::pair<std::string, Handle>> named(koila_module* m, bool buffers) {
+  size_t n = 0;
+  koila_status_free(buffers ? koila_module_num_buffers(m, &n) : koila_module_num_parameters(m, &n));
+  std::vector<std::pair<std::string, Handle>> out;
+  for (size_t i = 0; i < n; ++i) {
+    char name[256];
+    size_t needed = 0;
+    koila_status_free(buffers ? koila_module_buffer_name(m, i, name, sizeof name, &needed)
+                              : koila_module_parameter_name(m, i, name, sizeof name, &needed));
+    koila_tensor* t = nullptr;
+    koila_status* s = buffers ? koila_module_buffer(&t, m, i) : koila_module_parameter(&t, m, i);
+    EXPECT_EQ(s, nullptr) << koila_status_message(s);
+    koila_status_free(s);
+    out.emplace_back(name, Handle(t));
+  }
+  return out;
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, double tolerance, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const double diff = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+  EXPECT_LE(diff, tolerance) << what << ": max |koila - PyTorch| = " << diff;
+}
+
+class Exported : public ::testing::TestWithParam<Case> {};
+
+// A training step (forward, mean cross entropy, backward) through koila, lazy input; the
+// logits, loss, gradients and buffers after it against PyTorch's.
+void expect_training_step(const Case& c, bool split) {
+  const auto ref = reference(c);
+  ModuleHandle m = load(c.path());
+  ASSERT_TRUE(m);
+  const Handle x = from_aten(ref_at(ref, "input"), 0);
+  const Handle y = from_aten(ref_at(ref, "target"), 0);
+  Handle logits = forward(m.get(), {x.get()});
+  ASSERT_TRUE(logits);
+  Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+  BudgetGuard budget;
+  if (split) {
+    const uint64_t b = koila_corpus::budget_for_chunks(loss.get(), KOILA_MODE_TRAINING, 2, /*resolution=*/256);
+    ASSERT_GT(b, 0u) << "no budget splits the run";
+    ASSERT_OK(koila_set_memory_budget("cpu", b));
+  }
+  ASSERT_OK(koila_backward(loss.get()));
+  koila_status_free(koila_set_memory_budget("cpu", 0));
+  // The buffers first: reading the logits or the loss evaluates the call again, and a batch
+  // norm in training moves its statistics at every evaluation, as in PyTorch.
+  if (!split)
+    for (const auto& [name, b] : named(m.get(), true))
+      expect_close(to_aten(b.get()), ref_at(ref, "buffer__" + underscored(name)), 1e-5, "buffer " + name);
+  const double tolerance = split ? 1e-4 : 1e-5;
+  expect_close(to_aten(logits.get()), ref_at(ref, "logits"), tolerance, "logits");
+  expect_close(to_aten(loss.get()), ref_at(ref, "loss"), tolerance, "loss");
+  for (const auto& [name, p] : named(m.get(), false)) {
+    koila_tensor* g = nullptr;
+    ASSERT_OK(koila_tensor_grad(&g, p.get()));
+    Handle grad(g);
+    ASSERT_TRUE(grad) << name << " has no gradient";
+    expect_close(to_aten(grad.get()), ref_at(ref, "grad__" + underscored(name)), 10 * tolerance, "grad of " + name);
+  }
+}
+
+TEST_P(Exported, LoadsWithItsKindNamesAndMode) {
+  const Case& c = GetParam();
+  if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
+  ModuleHandle m = load(c.path());
+  ASSERT_TRUE(m);
+  koila_module_kind kind = KOILA_MODULE_TORCHSCRIPT;
+  ASSERT_OK(koila_module_kind_of(m.get(), &kind));
+  EXPECT_EQ(kind, KOILA_MODULE_EXPORTED);
+  int training = -1;
+  ASSERT_OK(koila_module_is_training(m.get(), &training));
+  EXPECT_EQ(training, c.mode == "train" ? 1 : 0);
+  // Names and order as PyTorch's named_parameters() / named_buffers() (the reference's).
+  std::vector<std::string> want_params, want_buffers, got_params, got_buffers;
+  for (const auto& [k, v] : reference(c)) {
+    if (k.rfind("grad__", 0) == 0) want_params.push_back(k.substr(6));
+    if (k.rfind("buffer__", 0) == 0) want_buffers.push_back(k.substr(8));
+  }
+  for (const auto& [name, t] : named(m.get(), false)) got_params.push_back(underscored(name));
+  for (const auto& [name, t] : named(m.get(), true)) got_buffers.push_back(underscored(name));
+  EXPECT_EQ(got_params, want_params);
+  EXPECT_EQ(got_buffers, want_buffers);
+}
+
+TEST_P(Exported, TrainingStepEqualsPyTorch) {
+  const Case& c = GetParam();
+  if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
+  expect_training_step(c, /*split=*/false);
+}
+
+TEST_P(Exported, SplitTrainingStepEqualsPyTorch) {
+  const Case& c = GetParam();
+  if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
+  if (c.name == "convbn_train") GTEST_SKIP() << "batch norm in training couples the batch (see test_batch_stats)";
+  if (c.batch == "fixed") {
+    // A fixed batch cannot be split: the plan says so and says how to export instead.
+    const auto ref = reference(c);
+    ModuleHandle m = load(c.path());
+    const Handle x = from_aten(ref_at(ref, "input"), 0), y = from_aten(ref_at(ref, "target"), 0);
+    Handle logits = forward(m.get(), {x.get()});
+    Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+    BudgetGuard budget;
+    const PlanInfo whole = plan_of(loss.get(), KOILA_MODE_TRAINING);
+    ASSERT_OK(koila_set_memory_budget("cpu", whole.full_peak - 512));  // the whole batch does not fit
+    const auto [code, message] = outcome(koila_backward(loss.get()));
+    EXPECT_EQ(code, KOILA_ERROR_NOT_SPLITTABLE) << message;
+    EXPECT_NE(message.find("exported with a fixed batch"), std::string::npos) << message;
+    EXPECT_NE(message.find("dynamic_shapes"), std::string::npos) << message;
+    return;
+  }
+  expect_training_step(c, /*split=*/true);
+}
+
+TEST_P(Exported, KeepsTheModeItWasExportedIn) {
+  const Case& c = GetParam();
+  if (!runs_here(c) || c.name.rfind("convbn", 0) != 0) GTEST_SKIP() << "for the programs with batch norm";
+  ModuleHandle m = load(c.path());
+  const bool training = c.mode == "train";
+  ASSERT_OK(koila_module_train(m.get(), training ? 1 : 0));  // its own mode: fine
+  const auto [code, message] = outcome(koila_module_train(m.get(), training ? 0 : 1));
+  EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED);
+  EXPECT_NE(message.find(std::string("exported in ") + (training ? "training" : "evaluation")), std::string::npos)
+      << message;
+  int now = -1;
+  ASSERT_OK(koila_module_is_training(m.get(), &now));
+  EXPECT_EQ(now, training ? 1 : 0);
+}
+
+TEST_P(Exported, SavesWhatPyTorchLoadsAndKoilaReadsBack) {
+  const Case& c = GetParam();
+  if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
+  ModuleHandle m = load(c.path());
+  // Change every parameter, so that the saved payloads differ from the archive's.
+  for (const auto& [name, p] : named(m.get(), false)) {
+    at::Tensor t = p.get()->node->value;
+    c10::NoGradGuard no_grad;
+    t.add_(0.25);
+  }
+  char dir[] = "/tmp/koila_exported_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string saved = std::string(dir) + "/saved.pt2";
+  ASSERT_OK(koila_module_save(m.get(), saved.c_str()));
+  ModuleHandle again = load(saved);
+  ASSERT_TRUE(again);
+  const auto before = named(m.get(), false), after = named(again.get(), false);
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(before[i].first, after[i].first);
+    EXPECT_TRUE(to_aten(before[i].second.get()).equal(to_aten(after[i].second.get()))) << before[i].first;
+  }
+  std::vector<std::string> files{saved};
+#ifdef KOILA_EXPORT_CHECK
+  // PyTorch itself: torch.export.load reads it, with exactly these parameters and buffers
+  // (for one PyTorch's fixtures: each check starts a Python, some seconds).
+  if (c.version == "2.14.1") {
+    c10::Dict<std::string, at::Tensor> expected;
+    for (bool buffers : {false, true})
+      for (const auto& [name, t] : named(m.get(), buffers)) expected.insert(name, to_aten(t.get()));
+    const std::string expected_path = std::string(dir) + "/expected.pt", input_path = std::string(dir) + "/input.pt";
+    for (const auto& [path, value] :
+         {std::pair<std::string, c10::IValue>{expected_path, expected}, {input_path, ref_at(reference(c), "input")}}) {
+      const std::vector<char> bytes = torch::pickle_save(value);
+      std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      files.push_back(path);
+    }
+    const std::string command = std::string(KOILA_EXPORT_CHECK) + " " + saved + " " + expected_path + " " + input_path;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+#endif
+  for (const std::string& f : files) std::remove(f.c_str());
+  rmdir(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, Exported, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.label(); });
+
+// ---- What koila refuses, and how ------------------------------------------------------
+
+std::string fixture(const std::string& name) { return kFixtures + "/2.14.1/" + name + ".pt2"; }
+
+// A copy of `from` with `record` replaced by `content` (or left out when null).
+void rewrite(const std::string& from, const std::string& to, const std::string& record, const char* content) {
+  caffe2::serialize::PyTorchStreamReader in(from);
+  caffe2::serialize::PyTorchStreamWriter out(to);
+  for (const std::string& name : in.getAllRecords()) {
+    if (name.rfind(".data/", 0) == 0) continue;
+    if (name == record) {
+      if (content) out.writeRecord(name, content, std::strlen(content));
+      continue;
+    }
+    auto [data, size] = in.getRecord(name);
+    out.writeRecord(name, data.get(), size);
+  }
+  out.writeEndOfFile();
+}
+
+std::pair<koila_code, std::string> load_outcome(const std::string& path) {
+  koila_module* m = nullptr;
+  auto result = outcome(koila_module_load(&m, path.c_str(), "cpu"));
+  EXPECT_EQ(m, nullptr);
+  koila_module_free(m);
+  return result;
+}
+
+TEST(ExportedErrors, TruncatedAndCorruptArchivesAreIOErrors) {
+  char dir[] = "/tmp/koila_exported_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::ifstream in(fixture("mlp"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string truncated = std::string(dir) + "/truncated.pt2";
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 30, size_t(100)}) {
+    std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(keep));
+    const auto [code, message] = load_outcome(truncated);
+    EXPECT_EQ(code, KOILA_ERROR_IO) << keep << " bytes: " << message;
+    EXPECT_NE(message.find(truncated), std::string::npos) << message;
+  }
+  // The program's JSON cut short, and a weight record shorter than its tensor.
+  const std::string bad_json = std::string(dir) + "/bad_json.pt2";
+  rewrite(fixture("mlp"), bad_json, "models/model.json", "{\"graph_module\": {\"graph\": ");
+  auto [code, message] = load_outcome(bad_json);
+  EXPECT_EQ(code, KOILA_ERROR_IO) << message;
+  EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+  const std::string short_weight = std::string(dir) + "/short_weight.pt2";
+  rewrite(fixture("mlp"), short_weight, "data/weights/weight_0", "abcd");
+  std::tie(code, message) = load_outcome(short_weight);
+  EXPECT_EQ(code, KOILA_ERROR_IO) << message;
+  EXPECT_NE(message.find("past the end"), std::string::npos) << message;
+  for (const char* f : {"/truncated.pt2", "/bad_json.pt2", "/short_weight.pt2"})
+    std::remove((dir + std::string(f)).c_str());
+  rmdir(dir);
+}
+
+TEST(ExportedErrors, UnknownVersionsAreUnsupportedAndNamed) {
+  char dir[] = "/tmp/koila_exported_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string archive = std::string(dir) + "/version.pt2";
+  rewrite(fixture("mlp"), archive, "archive_version", "7");
+  auto [code, message] = load_outcome(archive);
+  EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;
+  EXPECT_NE(message.find("version 7"), std::string::npos) << message;
+
+  // Schema major version 9: the program's JSON with its version changed.
+  caffe2::serialize::PyTorchStreamReader reader(fixture("mlp"));
+  auto [data, size] = reader.getRecord("models/model.json");
+  std::string json(static_cast<const char*>(data.get()), size);
+  const std::string from = "\"schema_version\": {\"major\": 8";
+  const size_t at = json.find(from);
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, from.size(), "\"schema_version\": {\"major\": 9");
+  const std::string schema = std::string(dir) + "/schema.pt2";
+  rewrite(fixture("mlp"), schema, "models/model.json", json.c_str());
+  std::tie(code, message) = load_outcome(schema);
+  EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;
+  EXPECT_NE(message.find("schema version 9"), std::string::npos) << message;
+  std::remove(archive.c_str());
+  std::remove(schema.c_str());
+  rmdir(dir);
+}
+
+TEST(ExportedErrors, InputsOfAnotherShapeOrDtypeAreRefused) {
+  ModuleHandle m = load(fixture("mlp"));
+  const Handle wrong_shape = from_aten(at::randn({8, 4, 4}), 0);
+  koila_tensor* out = nullptr;
+  koila_tensor* in[] = {wrong_shape.get()};
+  auto [code, message] = outcome(koila_module_forward(&out, m.get(), in, 1));
+  EXPECT_EQ(code, KOILA_ERROR_SHAPE) << message;
+  EXPECT_NE(message.find("[*, 3, 4]"), std::string::npos) << message;
+  const Handle wrong_dtype = from_aten(at::randn({8, 3, 4}, at::kDouble), 0);
+  in[0] = wrong_dtype.get();
+  std::tie(code, message) = outcome(koila_module_forward(&out, m.get(), in, 1));
+  EXPECT_EQ(code, KOILA_ERROR_DTYPE) << message;
+  std::tie(code, message) = outcome(koila_module_forward(&out, m.get(), in, 0));
+  EXPECT_EQ(code, KOILA_ERROR_INVALID_ARGUMENT) << message;
+}
+
+TEST(ExportedErrors, OperatorsNewerThanThisLibTorchAreNamed) {
+  if (koila::compat::kLibTorchMajor >= 2) GTEST_SKIP() << "LibTorch 2.x has every operator of the fixtures";
+  const auto [code, message] = load_outcome(fixture("attention"));
+  EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;
+  EXPECT_NE(message.find("aten::scaled_dot_product_attention"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace koila_test
