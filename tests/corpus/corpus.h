@@ -105,6 +105,9 @@ struct Entry {
   std::string exported;            // "script" or "trace"
   std::vector<std::string> modes;  // module modes with references: "train", "eval"
   int64_t params = 0;
+  // Module modes the model is also saved in as an exported program (NAME.MODE.pt2, made by
+  // a PyTorch 2.x; none with one that has no torch.export).
+  std::vector<std::string> programs;
 };
 
 inline std::vector<std::string> split(const std::string& s, char sep) {
@@ -140,6 +143,8 @@ inline std::vector<Entry> read_manifest(const std::string& dir) {
         e.modes = split(value, ',');
       } else if (key == "params") {
         e.params = std::stoll(value);
+      } else if (key == "pt2") {
+        e.programs = split(value, ',');
       }
     }
     entries.push_back(std::move(e));
@@ -221,16 +226,18 @@ inline std::vector<Tensor> parameters_of(koila_module* m) {
 }
 
 // A model loaded through koila with the lazy graph built: logits = model(x), loss = mean
-// cross entropy of logits and y. x and y are lazy with batch dim 0.
+// cross entropy of logits and y. x and y are lazy with batch dim 0. `exported`: the model's
+// torch.export program for that mode (NAME.MODE.pt2) instead of its TorchScript (NAME.pt).
 struct Graph {
   Module module;
   std::vector<Tensor> params;
   std::vector<std::string> param_names;
   Tensor input, target, x, y, logits, loss;
 
-  Graph(const std::string& dir, const std::string& name, bool train, const Reference& ref) {
+  Graph(const std::string& dir, const std::string& name, bool train, const Reference& ref, bool exported = false) {
     koila_module* m = nullptr;
-    check(koila_module_load(&m, (dir + "/" + name + ".pt").c_str(), "cpu"), "koila_module_load " + name);
+    const std::string file = exported ? name + (train ? ".train" : ".eval") + ".pt2" : name + ".pt";
+    check(koila_module_load(&m, (dir + "/" + file).c_str(), "cpu"), "koila_module_load " + file);
     module.reset(m);
     check(koila_module_train(m, train ? 1 : 0), "koila_module_train");
     params = parameters_of(m);
@@ -348,10 +355,11 @@ inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
   return r;
 }
 
-// The largest budget (absolute bytes) under which the plan for `mode` has at least
-// `min_chunks` chunks, found by bisection on the planner's own answers; 0 when none does.
-inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_chunks) {
-  const koila_tensor* t = g.target_of(mode);
+// The largest budget (absolute bytes) under which the plan of `t` for `mode` has at least
+// `min_chunks` chunks, found by bisection on the planner's own answers (to `resolution`
+// bytes); 0 when none does.
+inline uint64_t budget_for_chunks(const koila_tensor* t, koila_mode mode, int64_t min_chunks,
+                                  uint64_t resolution = 4096) {
   auto chunks_under = [&](uint64_t budget) -> int64_t {  // 0: no plan (out of memory)
     check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
     koila_plan* p = nullptr;
@@ -367,7 +375,7 @@ inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_c
   uint64_t lo = held, hi = koila_plan_full_peak_bytes(full.get()) * 2 - held;  // lo: many chunks or none; hi: one
   full.reset();
   uint64_t best = 0;
-  while (hi - lo > 4096) {
+  while (hi - lo > resolution) {
     const uint64_t mid = lo + (hi - lo) / 2;
     const int64_t n = chunks_under(mid);
     if (n >= min_chunks) {
@@ -381,6 +389,9 @@ inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_c
   }
   check(koila_set_memory_budget("cpu", 0), "koila_set_memory_budget");
   return best;
+}
+inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_chunks) {
+  return budget_for_chunks(g.target_of(mode), mode, min_chunks);
 }
 
 // Where the plan's figure came from, in a word or two: the words "coarse", "simulated",

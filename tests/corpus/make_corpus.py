@@ -22,6 +22,10 @@ For every model NAME it writes
                        stat__L__B for each batch-norm layer L and buffer B (running_mean,
                        running_var, num_batches_tracked) after one whole-batch update
                        (see per_chunk_reference);
+  NAME.MODE.pt2        with a PyTorch that has torch.export (2.x): the model exported in
+                       that module mode with a dynamic batch dim (torch.export.save),
+                       checked to compute the same logits; its references are NAME.MODE's
+                       (the manifest's pt2= lists the modes that exported);
 and last manifest.txt, one line per model (see MANIFEST_HEADER).
 
 Batch-norm models are saved with running statistics warmed by a few training-mode passes,
@@ -64,7 +68,7 @@ VOCAB, TOKENS = 200, 32
 MANIFEST_HEADER = (
     "# koila real-model corpus, written by tests/corpus/make_corpus.py (torch %s, torchvision %s)\n"
     "# name input=BxCx.. dtype=float32|int64 classes=N loss=cross_entropy_mean batchnorm=0|1 "
-    "export=script|trace modes=train[,eval] params=N\n"
+    "export=script|trace modes=train[,eval] params=N [pt2=MODE[,MODE]]\n"
 )
 
 
@@ -197,6 +201,28 @@ def zero_dropout(model):
         for attr in ("attention_dropout", "dropout"):  # torchvision's Swin attention keeps floats
             if isinstance(getattr(m, attr, None), float):
                 setattr(m, attr, 0.0)
+
+
+def export_program(model, example, mode, path):
+    """torch.export (PyTorch 2.x) of the model in `mode` with a dynamic batch dim, saved to
+    `path`; checked to compute the logits the model computes. Returns None, or why the
+    model does not export (printed; the manifest then lists no program for that mode)."""
+    if not hasattr(torch, "export") or not hasattr(torch.export, "save"):
+        return "this PyTorch has no torch.export"
+    m = copy.deepcopy(model)
+    m.train(mode == "train")
+    try:
+        ep = torch.export.export(m, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        torch.export.save(ep, path)
+        program = torch.export.load(path).module()
+    except Exception as e:  # noqa: BLE001 - a model torch.export refuses is left out, saying why
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    with torch.no_grad():  # on copies: train mode moves batch-norm statistics
+        want, got = copy.deepcopy(m)(example), program(example)
+    if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+        os.remove(path)
+        return f"the exported program computes other logits (max diff {(got - want).abs().max().item():.3g})"
+    return None
 
 
 def export(model, example):
@@ -356,11 +382,21 @@ def make(name, out_dir):
         save_reference(per_chunk_reference(model, x, y, x.shape[0] // 4),
                        os.path.join(out_dir, f"{name}.per_chunk.ref.pt"))
 
+    # The same model as torch.export programs, one per module mode (PyTorch 2.x only).
+    programs = []
+    for mode in modes:
+        why = export_program(model, x, mode, os.path.join(out_dir, f"{name}.{mode}.pt2"))
+        if why is None:
+            programs.append(mode)
+        elif hasattr(torch, "export"):
+            print(f"make_corpus.py: {name} in {mode} mode does not export: {why}")
+
     params = sum(p.numel() for p in scripted.parameters())
     shape = "x".join(str(d) for d in x.shape)
     dtype = "int64" if x.dtype == torch.int64 else "float32"
     return (f"{name} input={shape} dtype={dtype} classes={CLASSES} loss=cross_entropy_mean "
-            f"batchnorm={int(has_bn)} export={how} modes={','.join(modes)} params={params}")
+            f"batchnorm={int(has_bn)} export={how} modes={','.join(modes)} params={params}"
+            + (f" pt2={','.join(programs)}" if programs else ""))
 
 
 def main():

@@ -35,7 +35,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 
 #include "corpus.h"
@@ -59,12 +58,14 @@ struct Case {
   Entry entry;
   std::string module_mode;  // "train" or "eval"
   koila_mode mode;
+  bool exported = false;  // the model's torch.export program (NAME.MODE.pt2), not its TorchScript
 
   bool train() const { return module_mode == "train"; }
   // Batch norm in train mode mixes samples: it runs unsplit or not at all.
   bool couples() const { return entry.batchnorm && train(); }
   std::string label() const {
-    return entry.name + " (" + module_mode + " mode, " + (mode == KOILA_MODE_TRAINING ? "training" : "forward") + ")";
+    return entry.name + (exported ? ".pt2" : "") + " (" + module_mode + " mode, " +
+           (mode == KOILA_MODE_TRAINING ? "training" : "forward") + ")";
   }
 };
 
@@ -82,13 +83,19 @@ std::vector<Case> cases() {
   }
   for (const Entry& e : entries)
     for (const std::string& m : e.modes)
-      for (koila_mode mode : {KOILA_MODE_FORWARD, KOILA_MODE_TRAINING}) out.push_back(Case{e, m, mode});
+      for (koila_mode mode : {KOILA_MODE_FORWARD, KOILA_MODE_TRAINING}) {
+        out.push_back(Case{e, m, mode});
+        // Its exported twin goes through the same checks against the same references.
+        if (std::find(e.programs.begin(), e.programs.end(), m) != e.programs.end())
+          out.push_back(Case{e, m, mode, /*exported=*/true});
+      }
   return out;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return c.entry.name + "_" + c.module_mode + "_" + (c.mode == KOILA_MODE_TRAINING ? "training" : "forward");
+  return c.entry.name + (c.exported ? "_pt2" : "") + "_" + c.module_mode + "_" +
+         (c.mode == KOILA_MODE_TRAINING ? "training" : "forward");
 }
 
 void print_run(const Case& c, const char* what, const RunResult& r) {
@@ -144,7 +151,7 @@ class Corpus : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     const Case& c = GetParam();
     ref_ = read_reference(corpus_dir(), c.entry.name, c.module_mode);
-    graph_ = std::make_unique<Graph>(corpus_dir(), c.entry.name, c.train(), ref_);
+    graph_ = std::make_unique<Graph>(corpus_dir(), c.entry.name, c.train(), ref_, c.exported);
     // The module's parameters are the ones the references were computed for, in order.
     ASSERT_EQ(graph_->param_names.size(), ref_.grads.size());
     for (size_t i = 0; i < ref_.grads.size(); ++i) ASSERT_EQ(graph_->param_names[i], ref_.grads[i].first);
@@ -214,15 +221,28 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Corpus);
 constexpr double kStatsTolerance = 1e-4;  // of the buffer's largest magnitude
 
 // The buffers of the module behind `m` now, by name (saved through the C API and read back).
-std::map<std::string, at::Tensor> module_buffers(const koila_module* m, const std::string& tag) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("koila_corpus_" + tag + "_" + std::to_string(::getpid()) + ".pt"))
-          .string();
-  check(koila_module_save(m, path.c_str()), "koila_module_save");
-  torch::jit::Module saved = torch::jit::load(path);
-  std::filesystem::remove(path);
+std::map<std::string, at::Tensor> module_buffers(koila_module* m) {
+  size_t n = 0;
+  check(koila_module_num_buffers(m, &n), "koila_module_num_buffers");
   std::map<std::string, at::Tensor> out;
-  for (const auto& b : saved.named_buffers(/*recurse=*/true)) out.emplace(b.name, b.value);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string name =
+        text_of([&](char* buf, size_t cap, size_t* needed) { return koila_module_buffer_name(m, i, buf, cap, needed); },
+                "koila_module_buffer_name");
+    koila_tensor* b = nullptr;
+    check(koila_module_buffer(&b, m, i), "koila_module_buffer");
+    Tensor buffer(b);
+    koila_dtype dtype;
+    check(koila_tensor_dtype(buffer.get(), &dtype), "koila_tensor_dtype");
+    size_t ndim = 0;
+    int64_t dims[8];
+    check(koila_tensor_shape(buffer.get(), dims, 8, &ndim), "koila_tensor_shape");
+    at::Tensor value =
+        at::empty(std::vector<int64_t>(dims, dims + ndim), dtype == KOILA_INT64 ? at::kLong : at::kFloat);
+    check(koila_tensor_to_host(buffer.get(), value.data_ptr(), value.numel() * value.element_size()),
+          "koila_tensor_to_host");
+    out.emplace(name, value);
+  }
   return out;
 }
 
@@ -316,8 +336,8 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   const PerChunkExtras extras = read_per_chunk_extras(dir, c.entry.name);
   const int64_t chunk = extras.chunk;
   ASSERT_GT(chunk, 0) << "the per-chunk reference has no chunk size";
-  const Graph g(dir, c.entry.name, /*train=*/true, ref);
-  const std::map<std::string, at::Tensor> before = module_buffers(g.module.get(), "before");
+  const Graph g(dir, c.entry.name, /*train=*/true, ref, c.exported);
+  const std::map<std::string, at::Tensor> before = module_buffers(g.module.get());
 
   const uint64_t budget = budget_for_chunks(g, c.mode, 4);
   ASSERT_GT(budget, 0u) << "no budget gives a plan of 4 chunks or more";
@@ -333,7 +353,7 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   // One update of the running statistics, with the whole batch's.
   const std::map<std::string, at::Tensor>& stats = extras.stats;
   ASSERT_FALSE(stats.empty());
-  const std::map<std::string, at::Tensor> after = module_buffers(g.module.get(), "after");
+  const std::map<std::string, at::Tensor> after = module_buffers(g.module.get());
   double worst = 0;
   for (const auto& [name, want] : stats) {
     ASSERT_TRUE(after.count(name)) << "no buffer " << name << " in the module";
@@ -366,7 +386,7 @@ TEST_P(PerChunk, TrainsUnderAQuarterOfTheUnsplitNeed) {
   if (c.mode != KOILA_MODE_TRAINING) GTEST_SKIP() << "training only";
   const std::string dir = corpus_dir();
   const Reference ref = read_reference(dir, c.entry.name, "train");
-  const Graph g(dir, c.entry.name, /*train=*/true, ref);
+  const Graph g(dir, c.entry.name, /*train=*/true, ref, c.exported);
   const RunResult full = run(g, c.mode, kUnlimited);
   ASSERT_TRUE(full.ran.ok()) << full.ran.message;
   g.zero_grad();
@@ -416,7 +436,7 @@ TEST(Summary, MedianEstimateError) {
   std::vector<double> errors;
   for (const Case& c : all) {
     const Reference ref = read_reference(corpus_dir(), c.entry.name, c.module_mode);
-    const Graph g(corpus_dir(), c.entry.name, c.train(), ref);
+    const Graph g(corpus_dir(), c.entry.name, c.train(), ref, c.exported);
     const RunResult r = run(g, c.mode, kUnlimited);
     ASSERT_TRUE(r.ran.ok()) << c.label() << ": " << r.ran.message;
     std::printf("[corpus] %-45s estimate %8.2f MiB  measured %8.2f MiB  error %+6.1f%%  %s\n", c.label().c_str(),
