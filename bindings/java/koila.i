@@ -12,7 +12,7 @@
  *   const void *data, size_t nbytes / void *data, nbytes    byte[] (null: NULL, 0)
  *   char *buf, size_t capacity                              byte[] (null: NULL, 0)
  *   int64_t *, uint64_t *, size_t *, double *, int *,
- *   koila_dtype * (outputs)                                 long[] / double[] / int[]
+ *   koila_dtype *, koila_phase *, koila_module_kind * (outputs)  long[] / double[] / int[]
  *                                                           (element 0; null: NULL)
  *   int64_t, uint64_t, size_t                               long (uint64_t as unsigned bits)
  *   enums                                                   int (constants in koila_code, ...)
@@ -304,6 +304,7 @@ KOILA_OUT(double, out, jdoubleArray, double[], jdouble, SetDoubleArrayRegion)
 KOILA_OUT(int, out, jintArray, int[], jint, SetIntArrayRegion)
 KOILA_OUT(koila_dtype, out, jintArray, int[], jint, SetIntArrayRegion)
 KOILA_OUT(koila_phase, out, jintArray, int[], jint, SetIntArrayRegion)
+KOILA_OUT(koila_module_kind, out, jintArray, int[], jint, SetIntArrayRegion)
 
 /* ------------------------------------------------------------------------------------ */
 /* Progress: koila_set_progress(fn, user) takes one Object with a method                  */

@@ -1,4 +1,4 @@
-# TorchScript modules and optimizers.
+# Modules (TorchScript files and torch.export programs) and optimizers.
 
 function TorchModule(path::AbstractString; device::AbstractString = "cpu")
     out = Ref{Ptr{koila_module}}(C_NULL)
@@ -9,8 +9,10 @@ end
 """
     Koila.load(path; device = "cpu") -> TorchModule
 
-Loads a TorchScript module (`KOILA_ERROR_IO`, with the path in the message, when the file
-is missing, unreadable or corrupt).
+Loads a TorchScript module or a torch.export program (a `.pt2` written by
+`torch.export.save`; the content decides): `KOILA_ERROR_IO`, with the path in the message,
+when the file is missing, unreadable or corrupt, `KOILA_ERROR_UNSUPPORTED` naming what koila
+cannot run.
 """
 load(path::AbstractString; device::AbstractString = "cpu") = TorchModule(path; device = device)
 
@@ -75,14 +77,15 @@ function num_parameters(m::TorchModule)
     return Int(r[])
 end
 
-# A Julia parameter position (1-based; negative counts from the end) as koila's index.
-function _check_index(m::TorchModule, i::Integer)
-    n = num_parameters(m)
+# A Julia position (1-based; negative counts from the end) among `n` parameters or buffers
+# (`what`) as koila's index.
+function _check_index(n::Integer, i::Integer, what::AbstractString)
     k = i < 0 ? n + 1 + Int(i) : Int(i)
-    1 <= k <= n || _argerror("parameter index $i: the module has $n parameters (numbered from 1, " *
+    1 <= k <= n || _argerror("$what index $i: the module has $n $(what)s (numbered from 1, " *
                              "or from -1 for the last)")
     return Csize_t(k - 1)
 end
+_check_index(m::TorchModule, i::Integer) = _check_index(num_parameters(m), i, "parameter")
 
 """
     parameter(m::TorchModule, i) -> Tensor
@@ -119,6 +122,63 @@ end
     parameter_names(m::TorchModule) -> Vector{String}
 """
 parameter_names(m::TorchModule) = String[parameter_name(m, i) for i in 1:num_parameters(m)]
+
+"""
+    module_kind(m::TorchModule) -> Symbol
+
+What the module was loaded from: `:torchscript`, or `:exported` for a torch.export program
+(which keeps the mode and the static shapes it was exported with).
+"""
+function module_kind(m::TorchModule)
+    r = Ref{LibKoila.koila_module_kind}(LibKoila.KOILA_MODULE_TORCHSCRIPT)
+    @check LibKoila.koila_module_kind_of(m, r)
+    return r[] == LibKoila.KOILA_MODULE_EXPORTED ? :exported : :torchscript
+end
+
+"""
+    num_buffers(m::TorchModule) -> Int
+
+The number of buffers (batch norm's running statistics, ...) of the module and its
+submodules.
+"""
+function num_buffers(m::TorchModule)
+    r = Ref{Csize_t}(0)
+    @check LibKoila.koila_module_num_buffers(m, r)
+    return Int(r[])
+end
+
+"""
+    buffer(m::TorchModule, i) -> Tensor
+
+The i-th buffer (1-based, negative counts from the end; in the order of named_buffers()).
+It aliases the module's buffer: updates koila makes (running statistics after a training
+step) are seen through it.
+"""
+function buffer(m::TorchModule, i::Integer)
+    out = Ref{Ptr{koila_tensor}}(C_NULL)
+    @check LibKoila.koila_module_buffer(out, m, _check_index(num_buffers(m), i, "buffer"))
+    return Tensor(out[])
+end
+
+"""
+    buffers(m::TorchModule) -> Vector{Tensor}
+"""
+buffers(m::TorchModule) = Tensor[buffer(m, i) for i in 1:num_buffers(m)]
+
+"""
+    buffer_name(m::TorchModule, i) -> String
+
+The dotted name of the i-th buffer, such as "bn1.running_mean".
+"""
+function buffer_name(m::TorchModule, i::Integer)
+    k = _check_index(num_buffers(m), i, "buffer")
+    return _text((buf, cap, needed) -> LibKoila.koila_module_buffer_name(m, k, buf, cap, needed))
+end
+
+"""
+    buffer_names(m::TorchModule) -> Vector{String}
+"""
+buffer_names(m::TorchModule) = String[buffer_name(m, i) for i in 1:num_buffers(m)]
 
 function Base.show(io::IO, m::TorchModule)
     if !isopen(m)

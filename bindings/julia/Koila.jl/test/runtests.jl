@@ -778,6 +778,29 @@ end
     @test size(logits) == (48, 10)
     @test isfinite(item(loss))
 end
+
+@testset "torch.export program (convbn_train.pt2: conv, batch norm in training, linear)" begin
+    m = TorchModule(joinpath(models, "convbn_train.pt2"))
+    @test module_kind(m) == :exported
+    @test module_kind(TorchModule(joinpath(models, "mlp.pt"))) == :torchscript
+    @test parameter_names(m) == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"]
+    @test buffer_names(m) == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+    @test num_buffers(m) == 3 && buffer_name(m, -1) == "bn.num_batches_tracked"
+    koila_error(() -> buffer(m, 4), KOILA_ERROR_INVALID_ARGUMENT)
+    @test istraining(m)
+    koila_error(() -> train!(m, false), KOILA_ERROR_UNSUPPORTED; contains = "exported in training mode")
+    tracked = buffer(m, 3)
+    before = item(tracked)
+    Koila.manual_seed!(2)
+    x = lazy(Koila.randn(8, 3, 6, 6), 1)
+    y = lazy(Tensor(Int64[k % 5 for k in 0:7]), 1)
+    logits = m(x)
+    @test size(logits) == (8, 5)
+    backward!(cross_entropy(logits, y))
+    @test item(tracked) == before + 1
+    @test all(p -> grad(p) !== nothing, parameters(m))
+    koila_error(() -> m(lazy(Koila.randn(8, 3, 7, 7), 1)), KOILA_ERROR_SHAPE)
+end
 end
 
 end # @testset "Koila"

@@ -49,7 +49,7 @@ pub use dtype::{DType, Element};
 pub use error::{Code, Error, Result};
 pub use group::Group;
 pub use memory::{memory_budget, memory_reset_peak, memory_stats, set_memory_budget, MemoryStats};
-pub use module::Module;
+pub use module::{Module, ModuleKind};
 pub use optim::{AdamOptions, Optimizer, SgdOptions};
 pub use ops::Reduction;
 pub use plan::{Mode, Plan};

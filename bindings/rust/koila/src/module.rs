@@ -1,4 +1,4 @@
-//! TorchScript modules.
+//! Modules: TorchScript files and torch.export programs (.pt2).
 use std::ffi::CString;
 use std::path::Path;
 use std::ptr::{self, NonNull};
@@ -8,9 +8,20 @@ use crate::tensor::{make, or_null, pointers, Tensor};
 use crate::text::read_text;
 use koila_sys as sys;
 
-/// A TorchScript module (saved by torch.jit.script/trace, or from C++). A call is part of
-/// the lazy graph: shape, dtype and batch dim of the result are known at once, and the
-/// planner splits it like any op (unless the module mixes samples across the batch).
+/// What a module was loaded from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// A TorchScript file (torch.jit.script/trace, or C++).
+    TorchScript,
+    /// A program saved by torch.export.save (PyTorch 2.x, `.pt2`): it keeps the mode and the
+    /// static shapes it was exported with.
+    Exported,
+}
+
+/// A TorchScript module (saved by torch.jit.script/trace, or from C++) or an exported
+/// program (torch.export.save, `.pt2`). A call is part of the lazy graph: shape, dtype and
+/// batch dim of the result are known at once, and the planner splits it like any op (unless
+/// the module mixes samples across the batch).
 pub struct Module {
     raw: NonNull<sys::koila_module>,
 }
@@ -32,8 +43,10 @@ fn path_string(path: &Path) -> Result<CString> {
 }
 
 impl Module {
-    /// Loads a module onto a device ("cpu", "cuda", "cuda:N"). A missing, unreadable or
-    /// corrupt file is an [`Code::Io`] error naming the path.
+    /// Loads a module onto a device ("cpu", "cuda", "cuda:N"): a TorchScript file or a
+    /// `.pt2` archive of torch.export (the content decides). A missing, unreadable or
+    /// corrupt file is an [`Code::Io`] error naming the path; a program koila cannot run is
+    /// [`Code::Unsupported`], naming what.
     pub fn load(path: impl AsRef<Path>, device: &str) -> Result<Module> {
         let path = path_string(path.as_ref())?;
         let device = c_string("device", device)?;
@@ -48,7 +61,8 @@ impl Module {
         self.raw.as_ptr()
     }
 
-    /// Saves the module with its current parameters.
+    /// Saves the module with its current parameters and buffers, in the form it was loaded
+    /// from (TorchScript, or a `.pt2` that torch.export.load reads).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_string(path.as_ref())?;
         check(unsafe { sys::koila_module_save(self.ptr(), path.as_ptr()) })
@@ -98,6 +112,40 @@ impl Module {
     /// Every parameter with its name.
     pub fn named_parameters(&self) -> Result<Vec<(String, Tensor)>> {
         (0..self.num_parameters()?).map(|i| Ok((self.parameter_name(i)?, self.parameter(i)?))).collect()
+    }
+
+    /// What the module was loaded from.
+    pub fn kind(&self) -> Result<ModuleKind> {
+        let mut kind: sys::koila_module_kind = sys::KOILA_MODULE_TORCHSCRIPT;
+        check(unsafe { sys::koila_module_kind_of(self.ptr(), &mut kind) })?;
+        match kind {
+            sys::KOILA_MODULE_TORCHSCRIPT => Ok(ModuleKind::TorchScript),
+            sys::KOILA_MODULE_EXPORTED => Ok(ModuleKind::Exported),
+            other => Err(Error::new(Code::Internal, format!("unknown module kind {other}"))),
+        }
+    }
+
+    /// The number of buffers (batch norm's running statistics, ...; submodules' included).
+    pub fn num_buffers(&self) -> Result<usize> {
+        let mut n = 0usize;
+        check(unsafe { sys::koila_module_num_buffers(self.ptr(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// The i-th buffer, aliased: updates koila makes (running statistics after a training
+    /// step) are seen through it.
+    pub fn buffer(&self, i: usize) -> Result<Tensor> {
+        make(|out| unsafe { sys::koila_module_buffer(out, self.ptr(), i) })
+    }
+
+    /// The dotted name of the i-th buffer ("bn1.running_mean").
+    pub fn buffer_name(&self, i: usize) -> Result<String> {
+        read_text(|buf, cap, needed| unsafe { sys::koila_module_buffer_name(self.ptr(), i, buf, cap, needed) })
+    }
+
+    /// Every buffer with its name, in the order of named_buffers().
+    pub fn named_buffers(&self) -> Result<Vec<(String, Tensor)>> {
+        (0..self.num_buffers()?).map(|i| Ok((self.buffer_name(i)?, self.buffer(i)?))).collect()
     }
 }
 

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{assert_close, mlp_loss, models_dir, serial, splitting_budget, Budget};
-use koila::{AdamOptions, Code, DType, Mode, Module, Optimizer, Plan, Reduction, SgdOptions, Tensor};
+use koila::{AdamOptions, Code, DType, Mode, Module, ModuleKind, Optimizer, Plan, Reduction, SgdOptions, Tensor};
 
 fn param(data: &[f32], shape: &[i64]) -> Tensor {
     let mut p = Tensor::from_slice(data, shape).unwrap();
@@ -274,4 +274,44 @@ fn progress_reports_each_chunk_of_a_chunked_backward() {
     for p in &mut params {
         p.zero_grad().unwrap();
     }
+}
+
+#[test]
+fn exported_program() {
+    let _g = serial();
+    let dir = models_dir();
+    // A torch.export program (PyTorch 2.14.1): conv, batch norm in training mode, linear.
+    let mut m = Module::load(dir.join("convbn_train.pt2"), "cpu").unwrap();
+    assert_eq!(m.kind().unwrap(), ModuleKind::Exported);
+    assert_eq!(Module::load(dir.join("mlp.pt"), "cpu").unwrap().kind().unwrap(), ModuleKind::TorchScript);
+    let names: Vec<String> = m.named_parameters().unwrap().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"]);
+    let buffers = m.named_buffers().unwrap();
+    let names: Vec<&str> = buffers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]);
+    assert_eq!(m.buffer(3).unwrap_err().code(), Code::InvalidArgument);
+    // Its mode was fixed at export.
+    assert!(m.is_training().unwrap());
+    m.train(true).unwrap();
+    let e = m.train(false).unwrap_err();
+    assert_eq!(e.code(), Code::Unsupported);
+    assert!(e.message().contains("exported in training mode"), "{}", e.message());
+
+    // A training step: the running statistics move, seen through the buffer aliases.
+    let tracked = &buffers[2].1;
+    let before = tracked.to_vec::<i64>().unwrap()[0];
+    koila::manual_seed(3).unwrap();
+    let x = Tensor::randn(&[8, 3, 6, 6], DType::Float32, "cpu").unwrap();
+    let y = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 0, 1, 2], &[8]).unwrap();
+    let logits = m.forward(&[&x.lazy(0).unwrap()]).unwrap();
+    assert_eq!((logits.shape().unwrap(), logits.batch_dim().unwrap()), (vec![8, 5], Some(0)));
+    let loss = logits.cross_entropy(&y.lazy(0).unwrap(), Reduction::Mean).unwrap();
+    loss.backward().unwrap();
+    assert_eq!(tracked.to_vec::<i64>().unwrap()[0], before + 1);
+    for p in m.parameters().unwrap() {
+        assert!(p.grad().unwrap().is_some());
+    }
+    // Its static sizes are checked when the call is built.
+    let wrong = Tensor::zeros(&[8, 3, 7, 7], DType::Float32, "cpu").unwrap().lazy(0).unwrap();
+    assert_eq!(m.forward(&[&wrong]).unwrap_err().code(), Code::Shape);
 }

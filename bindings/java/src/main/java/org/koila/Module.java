@@ -11,7 +11,8 @@ import org.koila.raw.KoilaNative;
 
 /**
  * A TorchScript module (saved from Python with torch.jit.script or torch.jit.trace, or from
- * C++), whose calls are part of the lazy graph.
+ * C++) or a torch.export program ({@code .pt2}, saved with torch.export.save), whose calls
+ * are part of the lazy graph.
  *
  * <pre>{@code
  * try (Module model = Module.load("mlp.pt", "cpu")) {
@@ -36,7 +37,7 @@ public final class Module extends NativeHandle {
   /**
    * Loads a module onto a device.
    *
-   * @param path the .pt file
+   * @param path the .pt (TorchScript) or .pt2 (torch.export) file; the content decides
    * @param device "cpu", "cuda" or "cuda:N"
    * @throws KoilaException {@link Code#IO} (with the path) for a missing, unreadable or corrupt
    *     file, {@link Code#DEVICE} for an unknown device
@@ -136,7 +137,7 @@ public final class Module extends NativeHandle {
   }
 
   private long index(int i) {
-    if (i < 0) throw KoilaException.invalid("parameter index " + i + " is negative");
+    if (i < 0) throw KoilaException.invalid("index " + i + " is negative");
     return i;
   }
 
@@ -190,6 +191,64 @@ public final class Module extends NativeHandle {
     List<Tensor> params = parameters();
     Map<String, Tensor> map = new LinkedHashMap<>();
     for (int i = 0; i < names.size(); ++i) map.put(names.get(i), params.get(i));
+    return Collections.unmodifiableMap(map);
+  }
+
+  /** What the module was loaded from: a TorchScript file or a torch.export program. */
+  public ModuleKind moduleKind() {
+    int[] out = new int[1];
+    try {
+      KoilaException.check(KoilaNative.koila_module_kind_of(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return ModuleKind.of(out[0]);
+  }
+
+  /** The number of buffers (batch norm's running statistics, ...) of the module and its submodules. */
+  public int numBuffers() {
+    long[] out = new long[1];
+    try {
+      KoilaException.check(KoilaNative.koila_module_num_buffers(address(), out));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    return Math.toIntExact(out[0]);
+  }
+
+  /**
+   * The i-th buffer, in the order of named_buffers(). It aliases the module's buffer: updates
+   * koila makes (running statistics after a training step) are seen through it. A new handle
+   * owned by the caller.
+   *
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} for an index out of range
+   */
+  public Tensor buffer(int i) {
+    long n = index(i);
+    return Tensor.produce(out -> KoilaNative.koila_module_buffer(out, address(), n), this);
+  }
+
+  /** The dotted name of the i-th buffer, for example {@code "bn1.running_mean"}. */
+  public String bufferName(int i) {
+    long n = index(i);
+    long m = address();
+    try {
+      return Text.read((buf, needed) -> KoilaNative.koila_module_buffer_name(m, n, buf, needed));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** All buffers by name, in order (new handles owned by the caller). */
+  public Map<String, Tensor> namedBuffers() {
+    int n = numBuffers();
+    Map<String, Tensor> map = new LinkedHashMap<>();
+    try {
+      for (int i = 0; i < n; ++i) map.put(bufferName(i), buffer(i));
+    } catch (RuntimeException e) {
+      map.values().forEach(Tensor::close);
+      throw e;
+    }
     return Collections.unmodifiableMap(map);
   }
 }

@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.koila.TestSupport.assertClose;
 import static org.koila.TestSupport.assertShape;
@@ -167,6 +168,44 @@ class ModuleTest {
         assertNotNull(g);
         assertShape(g, 256, 784);
       }
+    }
+  }
+
+  /**
+   * A torch.export program (convbn_train.pt2, PyTorch 2.14.1: conv, batch norm in training
+   * mode, linear): its kind, names, fixed mode, and running statistics seen through buffers.
+   */
+  @Test
+  void exportedProgram() {
+    try (Module m = Module.load(TestSupport.models().resolve("convbn_train.pt2"));
+        Module script = Module.load(TestSupport.mlp())) {
+      assertEquals(ModuleKind.EXPORTED, m.moduleKind());
+      assertEquals(ModuleKind.TORCHSCRIPT, script.moduleKind());
+      assertEquals(0, script.numBuffers());
+      assertEquals(
+          List.of("conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"), m.parameterNames());
+      assertEquals(3, m.numBuffers());
+      assertEquals("bn.num_batches_tracked", m.bufferName(2));
+      Map<String, Tensor> buffers = m.namedBuffers();
+      assertEquals(List.of("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"), List.copyOf(buffers.keySet()));
+      assertEquals(Code.INVALID_ARGUMENT, assertThrows(KoilaException.class, () -> m.buffer(3)).code());
+      assertTrue(m.isTraining());
+      KoilaException e = assertThrows(KoilaException.class, () -> m.train(false));
+      assertEquals(Code.UNSUPPORTED, e.code());
+      assertTrue(e.getMessage().contains("exported in training mode"), e.getMessage());
+
+      Tensor tracked = buffers.get("bn.num_batches_tracked");
+      long before = tracked.toLongArray()[0];
+      Koila.manualSeed(5);
+      try (Tensor x = Tensor.randn(8, 3, 6, 6);
+          Tensor y = Tensor.fromLongs(new long[] {0, 1, 2, 3, 4, 0, 1, 2}, 8)) {
+        Tensor logits = m.forward(x.lazy(0));
+        assertShape(logits, 8, 5);
+        logits.crossEntropy(y.lazy(0), Reduction.MEAN).backward();
+        assertEquals(before + 1, tracked.toLongArray()[0]);
+        for (Tensor p : m.parameters()) assertNotNull(p.grad());
+      }
+      buffers.values().forEach(Tensor::close);
     }
   }
 }
