@@ -34,6 +34,9 @@ struct Case {
   }
 };
 
+// For gtest's names of a failed case.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.label(); }
+
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const std::string version : {"2.13.0", "2.14.1"}) {
