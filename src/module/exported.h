@@ -24,8 +24,7 @@ struct Pt2Archive;  // module/pt2_archive.h
 }
 
 struct ExportedProgram {
-  std::string path;           // the archive it was loaded from
-  std::string torch_version;  // of the PyTorch that exported it
+  std::string path;  // the archive it was loaded from
   // The mode its operators were exported in: batch norm and dropout take it as a constant.
   enum class Mode { Training, Evaluation, Either };  // Either: no operator depends on it
   Mode mode = Mode::Either;

@@ -14,20 +14,9 @@ namespace {
 
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
-// The exported program's tensor at dotted `name`.
-at::Tensor attribute_at(const torch::jit::Module& module, const std::string& name) {
-  torch::jit::Module owner = module;
-  size_t start = 0;
-  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
-    owner = owner.attr(name.substr(start, dot - start)).toModule();
-    start = dot + 1;
-  }
-  return owner.attr(name.substr(start)).toTensor();
-}
-
 Named by_name(const LoadedModule& m, const std::vector<std::string>& names) {
   Named out;
-  for (const std::string& name : names) out.emplace_back(name, attribute_at(m.module, name));
+  for (const std::string& name : names) out.emplace_back(name, module_detail::module_tensor(m.module, name));
   return out;
 }
 

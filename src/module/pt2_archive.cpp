@@ -97,42 +97,40 @@ std::vector<Pt2Payload> read_payloads(PyTorchStreamReader& zip, const std::strin
                                         "cannot read");
     const Json& tm = field(meta, "tensor_meta", what);
     if (tm.is_null()) fail(KOILA_ERROR_UNSUPPORTED, what + " is not a tensor");
-    const at::ScalarType dtype = pt2_dtype(field(tm, "dtype", what).get<int>(), what);
+    Pt2Payload p;
+    p.name = name;
+    p.file = field(meta, "path_name", what).get<std::string>();
+    p.dtype = pt2_dtype(field(tm, "dtype", what).get<int>(), what);
     if (field(tm, "layout", what).get<int>() != 7)
       fail(KOILA_ERROR_UNSUPPORTED, what + " is not a strided (dense) tensor");
-    const std::vector<int64_t> sizes = concrete_ints(field(tm, "sizes", what), what + "'s size");
-    const std::vector<int64_t> strides = concrete_ints(field(tm, "strides", what), what + "'s stride");
-    const int64_t offset = concrete_int(field(tm, "storage_offset", what), what + "'s storage offset");
-    if (sizes.size() != strides.size()) fail(KOILA_ERROR_IO, what + " has sizes and strides of different ranks");
-    const std::string file = field(meta, "path_name", what).get<std::string>();
-    auto found = files.find(file);
+    p.sizes = concrete_ints(field(tm, "sizes", what), what + "'s size");
+    p.strides = concrete_ints(field(tm, "strides", what), what + "'s stride");
+    p.offset = concrete_int(field(tm, "storage_offset", what), what + "'s storage offset");
+    if (p.sizes.size() != p.strides.size()) fail(KOILA_ERROR_IO, what + " has sizes and strides of different ranks");
+    for (size_t d = 0; d < p.sizes.size(); ++d)
+      if (p.sizes[d] < 0 || p.strides[d] < 0) fail(KOILA_ERROR_IO, what + " has a negative size or stride (corrupt?)");
+    auto found = files.find(p.file);
     if (found == files.end()) {
-      const std::string bytes = read_record(zip, path, dir + file);
-      const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+      const std::string bytes = read_record(zip, path, dir + p.file);
+      const int64_t element = static_cast<int64_t>(c10::elementSize(p.dtype));
       if (static_cast<int64_t>(bytes.size()) % element != 0)
-        fail(KOILA_ERROR_IO, "record '" + dir + file + "' of '" + path + "' holds " + std::to_string(bytes.size()) +
-                                 " bytes, not a whole number of " + dtype_name(dtype) + " elements (corrupt?)");
-      at::Tensor flat = at::empty({static_cast<int64_t>(bytes.size()) / element}, at::TensorOptions().dtype(dtype));
+        fail(KOILA_ERROR_IO, "record '" + dir + p.file + "' of '" + path + "' holds " + std::to_string(bytes.size()) +
+                                 " bytes, not a whole number of " + dtype_name(p.dtype) + " elements (corrupt?)");
+      at::Tensor flat = at::empty({static_cast<int64_t>(bytes.size()) / element}, at::TensorOptions().dtype(p.dtype));
       if (!bytes.empty()) std::memcpy(flat.data_ptr(), bytes.data(), bytes.size());
-      found = files.emplace(file, flat).first;
+      found = files.emplace(p.file, flat).first;
     }
-    at::Tensor flat = found->second;
-    int64_t last = offset;  // the last element the view reaches
-    bool empty = false;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] < 0 || strides[d] < 0) fail(KOILA_ERROR_IO, what + " has a negative size or stride (corrupt?)");
-      if (sizes[d] == 0) empty = true;
-      last += (sizes[d] - 1) * strides[d];
-    }
-    at::Tensor value;
-    if (empty || flat.numel() == 0) {  // a record without bytes loads as zeros, as PyTorch loads it
-      value = at::zeros(sizes, at::TensorOptions().dtype(dtype));
+    const at::Tensor& flat = found->second;
+    const int64_t last = p.last();
+    if (last < 0 || flat.numel() == 0) {  // a record without bytes loads as zeros, as PyTorch loads it
+      p.value = at::zeros(p.sizes, at::TensorOptions().dtype(p.dtype));
     } else {
-      if (offset < 0 || last >= flat.numel())
-        fail(KOILA_ERROR_IO, what + " reaches past the end of its record '" + dir + file + "' (truncated or corrupt?)");
-      value = flat.as_strided(sizes, strides, offset);
+      if (p.offset < 0 || last >= flat.numel())
+        fail(KOILA_ERROR_IO,
+             what + " reaches past the end of its record '" + dir + p.file + "' (truncated or corrupt?)");
+      p.value = flat.as_strided(p.sizes, p.strides, p.offset);
     }
-    out.push_back({name, value, field(meta, "is_param", what).get<bool>(), file});
+    out.push_back(std::move(p));
   }
   return out;
 }
@@ -160,11 +158,13 @@ at::ScalarType pt2_dtype(int code, const std::string& what) {
   }
 }
 
-int pt2_dtype_code(at::ScalarType type) {
-  for (int code = 1; code <= 13; ++code)
-    if (pt2_dtype(code, "") == type) return code;
-  fail(KOILA_ERROR_UNSUPPORTED,
-       std::string("the dtype ") + dtype_name(type) + " has no code in the .pt2 format koila writes");
+int64_t Pt2Payload::last() const {
+  int64_t last = offset;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return -1;
+    last += (sizes[d] - 1) * strides[d];
+  }
+  return last;
 }
 
 bool is_pt2_archive(const std::string& path) {

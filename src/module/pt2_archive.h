@@ -19,12 +19,18 @@
 
 namespace koila::module_detail {
 
-// One tensor the archive holds: a parameter, a buffer or a constant, by its dotted name.
+// One tensor the archive holds: a parameter, a buffer or a constant, by its dotted name, and
+// where it lies: a view of a file of its payload directory.
 struct Pt2Payload {
   std::string name;
+  std::string file;  // "weight_0"
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
   at::Tensor value;  // on the CPU, sharing storage with the payloads of the same file
-  bool is_param = false;
-  std::string path;  // its file in the archive ("weight_0")
+
+  // The last element of its file the view reaches; -1 for a view of no element.
+  int64_t last() const;
 };
 
 struct Pt2Archive {
@@ -46,8 +52,5 @@ Pt2Archive read_pt2_archive(const std::string& path);
 // The ATen dtype of the program format's dtype code (schema.py's ScalarType), or fails with
 // KOILA_ERROR_UNSUPPORTED naming it; `what` says where it was found.
 at::ScalarType pt2_dtype(int code, const std::string& what);
-
-// The program format's dtype code for an ATen dtype (for saving).
-int pt2_dtype_code(at::ScalarType type);
 
 }  // namespace koila::module_detail

@@ -479,9 +479,7 @@ class Builder {
     const Json& ins = at_key(n, "inputs", path_, where);
     const Json& outs = at_key(n, "outputs", path_, where);
     if (const char* op = python_operator(target)) {
-      std::vector<Value*> args;
-      for (const Json& in : ins) args.push_back(untyped(at_key(in, "arg", path_, where), where));
-      insert(c10::Symbol::fromQualString(op), args, outs, where, nullptr);
+      insert(c10::Symbol::fromQualString(op), untyped_args(ins, where), outs, where, nullptr);
       return;
     }
     const std::string prefix = "torch.ops.";
@@ -506,9 +504,7 @@ class Builder {
       return;
     }
     if (const char* query = size_query(op)) {
-      std::vector<Value*> args;
-      for (const Json& in : ins) args.push_back(untyped(at_key(in, "arg", path_, where), where));
-      insert(c10::Symbol::fromQualString(query), args, outs, where, nullptr);
+      insert(c10::Symbol::fromQualString(query), untyped_args(ins, where), outs, where, nullptr);
       return;
     }
     auto handle = c10::Dispatcher::singleton().findSchema(c10::OperatorName(op, overload));
@@ -533,8 +529,14 @@ class Builder {
     insert(c10::Symbol::fromQualString(op), args, outs, where, &schema);
   }
 
-  // An argument of a Python operator or a size query (no schema to go by).
+  // An argument of a Python operator, a size query or a check (no schema to go by).
   Value* untyped(const Json& arg, const std::string& where) { return argument(arg, c10::AnyType::get(), where); }
+  // A node's arguments so, in order.
+  std::vector<Value*> untyped_args(const Json& ins, const std::string& where) {
+    std::vector<Value*> args;
+    for (const Json& in : ins) args.push_back(untyped(at_key(in, "arg", path_, where), where));
+    return args;
+  }
 
   // Batch norm's training flag read from its module's `training` attribute instead of the
   // exported constant, where its running statistics are a module's buffers: the value is the
@@ -553,8 +555,7 @@ class Builder {
 
   void check_node(const std::string& op, const Json& ins, const std::string& where) {
     define_checks();
-    std::vector<Value*> args;
-    for (const Json& in : ins) args.push_back(untyped(at_key(in, "arg", path_, where), where));
+    const std::vector<Value*> args = untyped_args(ins, where);
     if (op == "aten::_assert_scalar") {
       if (args.size() < 2) corrupt(path_, where + " has too few arguments");
       Node* n = graph_->create(c10::Symbol::fromQualString("koila_export::assert_scalar"), {args[0], args[1]}, 0);
@@ -592,7 +593,7 @@ class Builder {
       unsupported(path_, where + ": TorchScript resolves it to the overload '" + resolved->overload_name() +
                              "' instead of '" + schema->overload_name() + "'");
     for (const c10::Argument& ret : resolved->returns()) n->addOutput()->setType(ret.type());
-    if (outs.size() != n->outputs().size() && !(outs.empty() && n->outputs().empty()))
+    if (outs.size() != n->outputs().size())
       corrupt(path_, where + " lists " + std::to_string(outs.size()) + " results where its operator returns " +
                          std::to_string(n->outputs().size()));
     for (size_t i = 0; i < outs.size(); ++i) name_output(outs[i], n->output(i), where);
@@ -601,14 +602,13 @@ class Builder {
   void name_output(const Json& out, Value* v, const std::string& where) {
     const auto [kind, body] = union_of(out, path_, where + "'s result");
     if (kind == "as_none") return;
-    if (kind == "as_tensor" || kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
-      const Json& name = kind == "as_tensor" ? at_key(*body, "name", path_, where) : *body;
-      if (kind != "as_tensor") {
-        const auto [k, b] = union_of(name, path_, where);
-        if (k == "as_name") values_[b->get<std::string>()] = v;
-        return;
-      }
-      values_[name.get<std::string>()] = v;
+    if (kind == "as_tensor") {
+      values_[at_key(*body, "name", path_, where).get<std::string>()] = v;
+      return;
+    }
+    if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
+      const auto [k, b] = union_of(*body, path_, where);
+      if (k == "as_name") values_[b->get<std::string>()] = v;  // else a size folded to a constant
       return;
     }
     if (kind == "as_tensors" || kind == "as_optional_tensors") {
@@ -701,7 +701,6 @@ BuiltProgram load_program(const std::string& path, const c10::Device& device) {
   auto archive = std::make_shared<Pt2Archive>(read_pt2_archive(path));
   auto program = std::make_shared<ExportedProgram>();
   program->path = path;
-  program->torch_version = archive->program.value("torch_version", std::string("unknown"));
   BuiltProgram built;
   try {
     built.module = Builder(*archive, device, *program).build();

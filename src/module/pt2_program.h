@@ -22,6 +22,10 @@ struct BuiltProgram {
 // version, operator or construct koila does not run, named).
 BuiltProgram load_program(const std::string& path, const c10::Device& device);
 
+// The tensor of the program's module at dotted `name` ("bn.running_mean"), as its
+// attributes hold it (KOILA_ERROR_INTERNAL where there is none).
+at::Tensor module_tensor(const torch::jit::Module& module, const std::string& name);
+
 // Writes `program` to `path` as a .pt2 archive with `module`'s current parameters and
 // buffers, for torch.export.load: the program as it was loaded, its payloads rewritten.
 void save_program(const ExportedProgram& program, const torch::jit::Module& module, const std::string& path);

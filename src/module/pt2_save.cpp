@@ -19,12 +19,7 @@
 
 namespace koila::module_detail {
 
-namespace {
-
-using Json = nlohmann::ordered_json;
-
-// The module's tensor at dotted `name`.
-at::Tensor tensor_at(const torch::jit::Module& module, const std::string& name) {
+at::Tensor module_tensor(const torch::jit::Module& module, const std::string& name) {
   c10::IValue v = module._ivalue();
   size_t start = 0;
   while (true) {
@@ -40,52 +35,39 @@ at::Tensor tensor_at(const torch::jit::Module& module, const std::string& name) 
   return v.toTensor();
 }
 
-std::vector<int64_t> ints_of(const Json& list) {
-  std::vector<int64_t> out;
-  for (const Json& s : list) out.push_back(s.at("as_int").get<int64_t>());
-  return out;
-}
+namespace {
 
-// The files of one payload config, rebuilt from the module's tensors over the bytes they
+// The files of one payload directory, rebuilt from the module's tensors over the bytes they
 // had (parts of a file no tensor covers keep theirs).
-std::map<std::string, std::string> payload_files(const Json& config, const torch::jit::Module& module,
+std::map<std::string, std::string> payload_files(const std::vector<Pt2Payload>& payloads,
+                                                 const torch::jit::Module& module,
                                                  caffe2::serialize::PyTorchStreamReader* original,
                                                  const std::string& dir) {
   std::map<std::string, at::Tensor> files;
-  for (const auto& [name, meta] : config.at("config").items()) {
-    const Json& tm = meta.at("tensor_meta");
-    const at::ScalarType dtype = pt2_dtype(tm.at("dtype").get<int>(), name);
-    const std::vector<int64_t> sizes = ints_of(tm.at("sizes")), strides = ints_of(tm.at("strides"));
-    const int64_t offset = tm.at("storage_offset").at("as_int").get<int64_t>();
-    const std::string file = meta.at("path_name").get<std::string>();
-    auto found = files.find(file);
+  for (const Pt2Payload& p : payloads) {
+    auto found = files.find(p.file);
     if (found == files.end()) {
       at::Tensor flat;
-      if (original && original->hasRecord(dir + file)) {
-        auto [data, size] = original->getRecord(dir + file);
-        flat = at::empty({static_cast<int64_t>(size / c10::elementSize(dtype))}, at::TensorOptions().dtype(dtype));
-        if (size) std::memcpy(flat.data_ptr(), data.get(), flat.numel() * c10::elementSize(dtype));
+      if (original && original->hasRecord(dir + p.file)) {
+        auto [data, size] = original->getRecord(dir + p.file);
+        flat = at::empty({static_cast<int64_t>(size / c10::elementSize(p.dtype))}, at::TensorOptions().dtype(p.dtype));
+        if (size) std::memcpy(flat.data_ptr(), data.get(), flat.numel() * c10::elementSize(p.dtype));
       } else {
-        flat = at::zeros({0}, at::TensorOptions().dtype(dtype));
+        flat = at::zeros({0}, at::TensorOptions().dtype(p.dtype));
       }
-      found = files.emplace(file, flat).first;
+      found = files.emplace(p.file, flat).first;
     }
-    int64_t last = offset;
-    bool empty = false;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (sizes[d] == 0) empty = true;
-      last += (sizes[d] - 1) * strides[d];
-    }
-    if (empty) continue;
+    const int64_t last = p.last();
+    if (last < 0) continue;
     at::Tensor& flat = found->second;
     if (last >= flat.numel()) {  // the original file is gone or shorter: grow it
       at::Tensor grown = at::zeros({last + 1}, flat.options());
       grown.narrow(0, 0, flat.numel()).copy_(flat);
       flat = grown;
     }
-    const at::Tensor current = tensor_at(module, name);
+    const at::Tensor current = module_tensor(module, p.name);
     c10::NoGradGuard no_grad;
-    flat.as_strided(sizes, strides, offset).copy_(current.detach().to(at::kCPU));
+    flat.as_strided(p.sizes, p.strides, p.offset).copy_(current.detach().to(at::kCPU));
   }
   std::map<std::string, std::string> out;
   for (const auto& [file, flat] : files)
@@ -111,11 +93,10 @@ void save_program(const ExportedProgram& program, const torch::jit::Module& modu
   const std::string weights_config = weights_dir + a.model + "_weights_config.json";
   const std::string constants_config = constants_dir + a.model + "_constants_config.json";
   std::map<std::string, std::string> records;
-  for (const auto& [file, bytes] : payload_files(a.weights_config, module, original.get(), weights_dir))
+  for (const auto& [file, bytes] : payload_files(a.weights, module, original.get(), weights_dir))
     records[weights_dir + file] = bytes;
-  if (!a.constants_config.is_null())
-    for (const auto& [file, bytes] : payload_files(a.constants_config, module, original.get(), constants_dir))
-      records[constants_dir + file] = bytes;
+  for (const auto& [file, bytes] : payload_files(a.constants, module, original.get(), constants_dir))
+    records[constants_dir + file] = bytes;
   records[weights_config] = a.weights_config.dump();
   if (!a.constants_config.is_null()) records[constants_config] = a.constants_config.dump();
   records["models/" + a.model + ".json"] = a.program.dump();
