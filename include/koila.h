@@ -693,6 +693,28 @@ KOILA_API koila_status *koila_module_buffer(koila_tensor **out, koila_module *m,
 KOILA_API koila_status *koila_module_buffer_name(const koila_module *m, size_t i, char *buf,
                                                  size_t capacity, size_t *needed);
 
+/* The results of m.forward(inputs...) when it returns several tensors: a tuple, a list or a
+   dict, nested ones flattened depth-first (dict entries in the order the module returns
+   them; an exported program's results in its output order, which is that flattening).
+   Writes their count to *count; when capacity >= *count, writes one handle per result to
+   out[0..*count-1], each as koila_module_forward's result would be (lazy if any input is,
+   else computed at once; with its own batch dim or none), and NULL for a None entry. When
+   capacity < *count it writes no handle and fails with KOILA_ERROR_INVALID_ARGUMENT naming
+   the count, so that a call with capacity 0 (out may then be NULL) asks for the count; that
+   call runs nothing (the count comes from a run on meta tensors, or on the probe where
+   that fails). A module that returns one tensor gives 1; a result of another type (an int,
+   a string) is KOILA_ERROR_UNSUPPORTED naming it. One call runs the module once for all
+   its results, whichever of them are read: a training step may take its loss from several
+   (koila_add of two heads' losses). A result that does not carry the batch when the
+   inputs do (a sum over the batch) mixes samples, so the whole call does: it runs unsplit.
+   The module's results must keep their structure from call to call (which are None);
+   where a later run gives None for a result inferred as a tensor, that run fails with
+   KOILA_ERROR_UNSUPPORTED. Calls are inferred once per structure, as koila_module_forward's,
+   each result as a call of its own. */
+KOILA_API koila_status *koila_module_forward_all(koila_tensor **out, size_t capacity,
+                                                 size_t *count, koila_module *m,
+                                                 koila_tensor *const *inputs, size_t n);
+
 /* Optimizers over concrete floating-point leaves that require grad (each at most once),
    as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam
    with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step.

@@ -42,4 +42,31 @@ inline Handle forward(koila_module* m, std::vector<koila_tensor*> inputs) {
   return Handle(out);
 }
 
+// The gradients of a module's parameters (undefined where one has none), copied.
+inline std::vector<at::Tensor> grads_of(const torch::jit::Module& m) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : m.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return out;
+}
+
+// Drops every gradient of a module's parameters.
+inline void clear_grads(const torch::jit::Module& m) {
+  for (const at::Tensor& p : m.parameters()) p.mutable_grad() = at::Tensor();
+}
+
+// Every result of the module for `inputs` (koila_module_forward_all: the count first, with
+// capacity 0, then the handles), expecting success; null handles for None.
+inline std::vector<Handle> forward_all(koila_module* m, std::vector<koila_tensor*> inputs) {
+  size_t count = 0;
+  const auto [code, message] = outcome(koila_module_forward_all(nullptr, 0, &count, m, inputs.data(), inputs.size()));
+  EXPECT_EQ(code, KOILA_ERROR_INVALID_ARGUMENT) << message;
+  std::vector<koila_tensor*> raw(count, nullptr);
+  koila_status* s = koila_module_forward_all(raw.data(), raw.size(), &count, m, inputs.data(), inputs.size());
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  std::vector<Handle> out;
+  for (koila_tensor* t : raw) out.emplace_back(t);
+  return out;
+}
+
 }  // namespace koila_test

@@ -25,6 +25,8 @@ const std::string kFixtures = KOILA_EXPORTED_FIXTURES;
 
 struct Case {
   std::string version, name, mode, batch;
+  size_t outputs = 1;            // results of its forward (several: koila_module_forward_all)
+  std::string loss = "ce_each";  // make_programs.py's loss_of
   std::string path() const { return kFixtures + "/" + version + "/" + name + ".pt2"; }
   std::string label() const {
     std::string v = version;
@@ -52,6 +54,8 @@ std::vector<Case> cases() {
       while (words >> word) {
         if (word.rfind("mode=", 0) == 0) c.mode = word.substr(5);
         if (word.rfind("batch=", 0) == 0) c.batch = word.substr(6);
+        if (word.rfind("outputs=", 0) == 0) c.outputs = std::stoul(word.substr(8));
+        if (word.rfind("loss=", 0) == 0) c.loss = word.substr(5);
       }
       out.push_back(c);
     }
@@ -120,6 +124,30 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, double toleranc
 
 class Exported : public ::testing::TestWithParam<Case> {};
 
+// The program's results for `x`: koila_module_forward_all's where it has several.
+std::vector<Handle> results_of(const Case& c, koila_module* m, const Handle& x) {
+  if (c.outputs > 1) return forward_all(m, {x.get()});
+  std::vector<Handle> one;
+  one.push_back(forward(m, {x.get()}));
+  return one;
+}
+
+// The case's loss (make_programs.py's loss_of): one term per result, summed.
+Handle loss_of(const Case& c, const std::vector<Handle>& results, const Handle& y) {
+  Handle loss;
+  for (const Handle& r : results) {
+    Handle term;
+    if (c.loss == "squares") {
+      Handle squares = CALL(koila_mul, r.get(), r.get());
+      term = CALL(koila_mean, squares.get(), nullptr, 0, 0);
+    } else {
+      term = CALL(koila_cross_entropy, r.get(), y.get(), KOILA_REDUCTION_MEAN);
+    }
+    loss = loss ? CALL(koila_add, loss.get(), term.get()) : std::move(term);
+  }
+  return loss;
+}
+
 // A training step (forward, mean cross entropy, backward) through koila, lazy input; the
 // logits, loss, gradients and buffers after it against PyTorch's.
 void expect_training_step(const Case& c, bool split) {
@@ -128,9 +156,10 @@ void expect_training_step(const Case& c, bool split) {
   ASSERT_TRUE(m);
   const Handle x = from_aten(ref_at(ref, "input"), 0);
   const Handle y = from_aten(ref_at(ref, "target"), 0);
-  Handle logits = forward(m.get(), {x.get()});
-  ASSERT_TRUE(logits);
-  Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+  const std::vector<Handle> results = results_of(c, m.get(), x);
+  ASSERT_EQ(results.size(), c.outputs);
+  for (const Handle& r : results) ASSERT_TRUE(r);
+  Handle loss = loss_of(c, results, y);
   BudgetGuard budget;
   if (split) {
     const uint64_t b = koila_corpus::budget_for_chunks(loss.get(), KOILA_MODE_TRAINING, 2, /*resolution=*/256);
@@ -145,7 +174,17 @@ void expect_training_step(const Case& c, bool split) {
     for (const auto& [name, b] : named(m.get(), true))
       expect_close(to_aten(b.get()), ref_at(ref, "buffer__" + underscored(name)), 1e-5, "buffer " + name);
   const double tolerance = split ? 1e-4 : 1e-5;
-  expect_close(to_aten(logits.get()), ref_at(ref, "logits"), tolerance, "logits");
+  if (c.outputs == 1) expect_close(to_aten(results[0].get()), ref_at(ref, "logits"), tolerance, "logits");
+  for (size_t k = 0; c.outputs > 1 && k < results.size(); ++k) {
+    // Each result carries the batch where PyTorch's does (an LSTM's h and c in dim 1).
+    const at::Tensor want = ref_at(ref, "result" + std::to_string(k));
+    const int64_t batch = ref_at(ref, "input").size(0);
+    int64_t dim = -1;
+    for (int64_t d = 0; d < want.dim() && dim < 0; ++d)
+      if (want.size(d) == batch) dim = d;
+    EXPECT_EQ(batch_dim_of(results[k].get()), dim) << "result " << k;
+    expect_close(to_aten(results[k].get()), want, tolerance, "result " + std::to_string(k));
+  }
   expect_close(to_aten(loss.get()), ref_at(ref, "loss"), tolerance, "loss");
   for (const auto& [name, p] : named(m.get(), false)) {
     koila_tensor* g = nullptr;

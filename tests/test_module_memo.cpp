@@ -29,16 +29,6 @@ Handle square_mean(const koila_tensor* y) {
   return CALL(koila_mean, sq.get(), nullptr, 0, 0);
 }
 
-std::vector<at::Tensor> grads_of(const torch::jit::Module& m) {
-  std::vector<at::Tensor> out;
-  for (const at::Tensor& p : m.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  return out;
-}
-
-void clear_grads(const torch::jit::Module& m) {
-  for (const at::Tensor& p : m.parameters()) p.mutable_grad() = at::Tensor();
-}
-
 }  // namespace
 
 TEST(ModuleMemo, InfersOncePerStructureAndAgainForAnotherTrainingFlag) {

@@ -7,6 +7,7 @@
  *   opaque handles (koila_tensor *, koila_status *, ...)   long (the address; 0 is NULL)
  *   T **out                                                 long[] (element 0 receives it)
  *   koila_tensor *const *ts, size_t n                       long[] (null: NULL, 0)
+ *   koila_tensor **out, size_t capacity (several results)   long[] that receives them
  *   const int64_t *shape, size_t ndim (and dims, n)         long[] (null: NULL, 0)
  *   const int64_t *stride / padding / ... (1 or 2 values)   long[] (null: NULL)
  *   const void *data, size_t nbytes / void *data, nbytes    byte[] (null: NULL, 0)
@@ -236,6 +237,35 @@ KOILA_INT64_PAIR(output_size)
   if ($input && $1) JCALL3(ReleaseLongArrayElements, jenv, $input, (jlong *)$1, 0);
 }
 
+/* koila_tensor **out, size_t capacity (koila_module_forward_all): a long[] that receives a
+   handle per result (0 for None), as many as it has room for (null: NULL, 0). */
+%typemap(jni) (koila_tensor **out, size_t capacity) "jlongArray"
+%typemap(jtype) (koila_tensor **out, size_t capacity) "long[]"
+%typemap(jstype) (koila_tensor **out, size_t capacity) "long[]"
+%typemap(javain) (koila_tensor **out, size_t capacity) "$javainput"
+%typemap(in) (koila_tensor **out, size_t capacity) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input) {
+    $2 = (size_t)JCALL1(GetArrayLength, jenv, $input);
+    $1 = (koila_tensor **)calloc($2 ? $2 : 1, sizeof(koila_tensor *));
+    if (!$1) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "no memory for the result handles");
+      return $null;
+    }
+  }
+}
+%typemap(argout) (koila_tensor **out, size_t capacity) {
+  if ($input && $1) {
+    size_t i;
+    for (i = 0; i < $2; ++i) {
+      jlong handle = (jlong)(intptr_t)$1[i];
+      JCALL4(SetLongArrayRegion, jenv, $input, (jsize)i, 1, &handle);
+    }
+  }
+}
+%typemap(freearg) (koila_tensor **out, size_t capacity) { free($1); }
+
 /* ------------------------------------------------------------------------------------ */
 /* Byte buffers                                                                          */
 /* ------------------------------------------------------------------------------------ */
@@ -300,6 +330,7 @@ KOILA_OUT(uint64_t, peak, jlongArray, long[], jlong, SetLongArrayRegion)
 KOILA_OUT(size_t, out, jlongArray, long[], jlong, SetLongArrayRegion)
 KOILA_OUT(size_t, ndim, jlongArray, long[], jlong, SetLongArrayRegion)
 KOILA_OUT(size_t, needed, jlongArray, long[], jlong, SetLongArrayRegion)
+KOILA_OUT(size_t, count, jlongArray, long[], jlong, SetLongArrayRegion)
 KOILA_OUT(double, out, jdoubleArray, double[], jdouble, SetDoubleArrayRegion)
 KOILA_OUT(int, out, jintArray, int[], jint, SetIntArrayRegion)
 KOILA_OUT(koila_dtype, out, jintArray, int[], jint, SetIntArrayRegion)

@@ -143,6 +143,21 @@ KOILA_API koila_status* koila_module_forward(koila_tensor** out, koila_module* m
   });
 }
 
+KOILA_API koila_status* koila_module_forward_all(koila_tensor** out, size_t capacity, size_t* count, koila_module* m,
+                                                 koila_tensor* const* inputs, size_t n) {
+  return guard(__func__, [&] {
+    if (capacity > 0) arg::not_null(out, "out");
+    arg::not_null(count, "count");
+    koila_module& module = arg::handle(m, "m");
+    const std::vector<NodePtr> nodes = arg::tensors(inputs, n, "inputs", true);
+    const std::vector<NodePtr> results = module_forward_all(module, nodes, capacity, count);
+    // Every handle made before any is written: a failure leaves out untouched.
+    std::vector<std::unique_ptr<koila_tensor>> handles;
+    for (const NodePtr& r : results) handles.emplace_back(r ? new_handle(r) : nullptr);
+    for (size_t k = 0; k < handles.size(); ++k) out[k] = handles[k].release();
+  });
+}
+
 KOILA_API koila_status* koila_module_train(koila_module* m, int on) {
   return guard(__func__, [&] {
     koila_module& module = arg::handle(m, "m");

@@ -40,6 +40,8 @@ void seal(Node& node) {
   key.add(node.signature);
   key.add(node.couples);
   key.add(static_cast<uint64_t>(node.reduction));
+  key.add(static_cast<uint64_t>(node.result + 1));
+  key.add(node.run_all ? 1 : 0);
   const Meta& m = node.meta;
   key.add(m.shape.size());
   for (int64_t d : m.shape) key.add(static_cast<uint64_t>(d));
@@ -161,6 +163,8 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   auto node = std::make_shared<Node>();
   node->op = spec.name;
   node->run = spec.run;
+  node->run_all = std::move(spec.run_all);
+  node->result = spec.result;
   node->inputs = inputs;
   node->shown_inputs = spec.shown_inputs;
   node->signature = spec.signature;

@@ -46,6 +46,9 @@ struct BatchResult {
 };
 
 using RunFn = std::function<at::Tensor(const Tensors& inputs, const Node& self)>;
+// An op with several results (a module whose forward returns a tuple, a list or a dict):
+// all of them, undefined where there is none (see Node::run_all).
+using RunAllFn = std::function<Tensors(const Tensors& inputs, const Node& self)>;
 using BatchRule = std::function<BatchResult(const std::vector<const Meta*>& in, const Meta& out)>;
 // For an op that averages over the batch: how many elements one evaluation averaged over,
 // from the arguments it ran on (e.g. the targets that are not ignored). Chunks of a mean
@@ -62,6 +65,13 @@ struct Node {
   NodeKind kind = NodeKind::Op;
   std::string op;  // "koila_add"; for leaves "constant" / "input"
   RunFn run;       // Op nodes: how to compute the value from the inputs
+  // Ops with several results: how an evaluation computes them all, once (`run` is then
+  // used only when the node is computed at once). The node's own value is its first
+  // defined result; result nodes (`result` below) take the others.
+  RunAllFn run_all;
+  // A result node: its one input is a node with `run_all`, and its value is that node's
+  // result number `result`, which the evaluation keeps for it. -1: not a result node.
+  int64_t result = -1;
   std::vector<NodePtr> inputs;
   Meta meta;
   std::string couples;        // non-empty when this op mixes samples across the batch
@@ -91,6 +101,9 @@ struct Node {
 struct OpSpec {
   const char* name = nullptr;
   RunFn run = {};
+  // See Node::run_all and Node::result.
+  RunAllFn run_all = {};
+  int64_t result = -1;
   // Where the batch goes; when empty, the elementwise (broadcasting) rule.
   BatchRule batch = {};
   // Meta kernels check shapes, not whether a kernel exists for these dtypes on this device

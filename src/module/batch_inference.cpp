@@ -47,6 +47,25 @@ Meta meta_result(const Call& call, const std::vector<const Meta*>& in, int64_t b
   return meta_of(run_call(call, meta_args(call, in, batch), KOILA_ERROR_SHAPE));
 }
 
+std::vector<bool> result_tensors(const Call& call, const std::vector<const Meta*>& in, const Node& self,
+                                 bool* from_meta) {
+  Tensors all;
+  *from_meta = false;
+  try {
+    all = run_call_all(call, meta_args(call, in, -1), KOILA_ERROR_SHAPE);
+    *from_meta = true;
+  } catch (const Error& e) {
+    if (e.code() == KOILA_ERROR_UNSUPPORTED || e.code() == KOILA_ERROR_OUT_OF_MEMORY) throw;
+    int64_t batch = -1;
+    for (size_t i = 0; i < call.n_inputs; ++i) batch = std::max(batch, in[i]->batch_size());
+    Probe probe(call, self, batch < 0 ? -1 : std::min(batch, kProbeSamples));
+    all = probe.run_all();
+  }
+  std::vector<bool> tensors;
+  for (const at::Tensor& t : all) tensors.push_back(t.defined());
+  return tensors;
+}
+
 int64_t batch_dim_between(const std::vector<int64_t>& a, int64_t na, const std::vector<int64_t>& b, int64_t nb,
                           std::string* why) {
   std::vector<int64_t> differ;

@@ -36,6 +36,12 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
 // The call's result on meta tensors, its inputs' batch dims resized to `batch`.
 Meta meta_result(const Call& call, const std::vector<const Meta*>& in, int64_t batch);
 
+// Which of the forward's results (flattened, results.h) are tensors and which None, from a
+// run on meta tensors (`*from_meta` set), or on a probe of a few real samples where that
+// run fails.
+std::vector<bool> result_tensors(const Call& call, const std::vector<const Meta*>& in, const Node& self,
+                                 bool* from_meta);
+
 // The one dim of `a` (batch `na`) and `b` (batch `nb`) that follows the batch size, or -1
 // with `*why` saying why there is none.
 int64_t batch_dim_between(const std::vector<int64_t>& a, int64_t na, const std::vector<int64_t>& b, int64_t nb,

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "module/call_errors.h"
+#include "module/results.h"
 #include "module/twin.h"
 
 namespace koila::module_detail {
@@ -12,7 +13,9 @@ std::string input_text(const Call& call) {
   return call.inputs.empty() ? std::string("none") : describe_inputs(call.inputs);
 }
 
-at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+namespace {
+
+c10::IValue run_forward(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
   bool own = !batch_norm_eval;
   for (size_t i = 0; i < call.state.size(); ++i)
     own &= args[call.n_inputs + i].unsafeGetTensorImpl() == call.state[i].unsafeGetTensorImpl();
@@ -36,8 +39,28 @@ at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, 
   } catch (const std::exception& e) {
     fail_forward(call, e, fallback);
   }
-  if (!result.isTensor()) fail_result(call, result);
-  return result.toTensor();
+  return result;
+}
+
+}  // namespace
+
+at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+  const c10::IValue result = run_forward(call, args, fallback, batch_norm_eval);
+  if (call.result < 0) {
+    if (!result.isTensor()) fail_result(call, result);
+    return result.toTensor();
+  }
+  Tensors all;
+  flatten_results(result, all, "module " + call.name);
+  if (static_cast<size_t>(call.result) >= all.size() || !all[static_cast<size_t>(call.result)].defined())
+    fail_result_changed(call, all);
+  return all[static_cast<size_t>(call.result)];
+}
+
+Tensors run_call_all(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+  Tensors all;
+  flatten_results(run_forward(call, args, fallback, batch_norm_eval), all, "module " + call.name);
+  return all;
 }
 
 }  // namespace koila::module_detail

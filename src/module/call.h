@@ -28,6 +28,9 @@ struct Call {
   Tensors batch_norm_counters;                               // their num_batches_tracked
   Tensors batch_norm_buffers;                                // their running_mean and running_var
   std::shared_ptr<const ExportedProgram> exported;           // set for an exported program
+  // -1: the forward returns one tensor, the call's result; k >= 0: the call's result is the
+  // k-th of the forward's results, flattened (results.h; koila_module_forward_all).
+  int64_t result = -1;
 };
 
 // The caller's inputs as messages describe them ("none" for a call without inputs).
@@ -38,7 +41,11 @@ std::string input_text(const Call& call);
 // holding the given tensors does; `batch_norm_eval` switches its training batch norm
 // layers to evaluation. What LibTorch throws becomes a koila::Error with code `fallback`
 // (KOILA_ERROR_OUT_OF_MEMORY when memory ran out).
+// The result is the one `call.result` says.
 at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
                     bool batch_norm_eval = false);
+// The same run, giving every result of the forward, flattened (results.h).
+Tensors run_call_all(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
+                     bool batch_norm_eval = false);
 
 }  // namespace koila::module_detail

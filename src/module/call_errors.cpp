@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/text.h"
+#include "module/results.h"
 
 namespace koila::module_detail {
 
@@ -33,14 +34,22 @@ void check_exported_inputs(const ExportedProgram& p, const Call& call, const std
 
 }  // namespace
 
-void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs) {
+void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs, bool all) {
   if (m.exported) check_exported_inputs(*m.exported, call, inputs);
   const auto method = m.module.find_method("forward");
   if (!method) fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has no forward method");
   const c10::FunctionSchema& schema = method->function().getSchema();
-  if (schema.returns().size() != 1 || !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get()))
+  std::string why;
+  const bool tensors = schema.returns().size() == 1 && returns_tensors(schema.returns()[0].type(), &why);
+  if (all && !tensors)
     fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has forward " + c10::toString(schema) +
-                                      "; koila_module_forward needs a forward that returns one tensor");
+                                      "; koila_module_forward_all needs a forward that returns tensors, None, and "
+                                      "tuples, lists and dicts of them" +
+                                      (why.empty() ? std::string() : " (not " + why + ")"));
+  if (!all && (schema.returns().size() != 1 || !schema.returns()[0].type()->isSubtypeOf(*c10::TensorType::get())))
+    fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " has forward " + c10::toString(schema) +
+                                      "; koila_module_forward needs a forward that returns one tensor" +
+                                      (tensors ? " (koila_module_forward_all gives each of several)" : ""));
   std::vector<c10::IValue> stack{m.module._ivalue()};
   for (const NodePtr& in : inputs) stack.emplace_back(meta_tensor(in->meta));
   try {
@@ -70,7 +79,18 @@ void fail_forward(const Call& call, const std::exception& e, koila_code fallback
 
 void fail_result(const Call& call, const c10::IValue& result) {
   fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " returned " + result.tagKind() +
-                                    "; koila_module_forward needs a module whose forward returns one tensor");
+                                    "; koila_module_forward needs a module whose forward returns one tensor "
+                                    "(koila_module_forward_all gives each of several)");
+}
+
+void fail_result_changed(const Call& call, const Tensors& all) {
+  std::string got;
+  for (size_t i = 0; i < all.size(); ++i)
+    got += (i ? ", " : "") + (all[i].defined() ? shape_string(all[i].sizes()) : std::string("None"));
+  fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " (inputs " + input_text(call) + ") returned (" + got +
+                                    ") where its call was inferred with a tensor as result " +
+                                    std::to_string(call.result) +
+                                    ": koila needs a forward whose results keep their structure from call to call");
 }
 
 void fail_uninferable(const Call& call, const std::string& meta_failure, const std::string& why, int64_t batch) {

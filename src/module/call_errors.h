@@ -14,8 +14,9 @@
 namespace koila::module_detail {
 
 // The checks made before a call is built: the module has a forward that returns one tensor
+// (with `all`, koila_module_forward_all: tensors, None, and tuples, lists and dicts of them)
 // and accepts `inputs` (its own message where not), and `inputs` are on the module's device.
-void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs);
+void check_call(const LoadedModule& m, const Call& call, const std::vector<NodePtr>& inputs, bool all = false);
 
 // The module cannot be cloned for koila to run (KOILA_ERROR_UNSUPPORTED).
 [[noreturn]] void fail_clone(const Call& call, const std::exception& e);
@@ -29,6 +30,10 @@ void check_call(const LoadedModule& m, const Call& call, const std::vector<NodeP
 
 // The module's forward returned `result`, not one tensor (KOILA_ERROR_UNSUPPORTED).
 [[noreturn]] void fail_result(const Call& call, const c10::IValue& result);
+
+// The module's forward returned `all` (flattened), without a tensor as result number
+// `call.result`, which the call was inferred with (KOILA_ERROR_UNSUPPORTED).
+[[noreturn]] void fail_result_changed(const Call& call, const Tensors& all);
 
 // The module cannot run on meta tensors (`meta_failure`), and a probe on fewer samples than
 // `batch` cannot show where the batch goes (`why`): its result for `batch` is unknown

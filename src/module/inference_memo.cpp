@@ -80,6 +80,23 @@ void InferenceMemo::remember(const std::string& structure, const Meta& out, cons
   e.used = ++clock_;
 }
 
+std::vector<bool> InferenceMemo::result_tensors(const std::string& structure, const Call& call,
+                                                const std::vector<const Meta*>& in, const Node& self) {
+  if (!structure.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = results_.find(structure);
+    if (found != results_.end()) return found->second;
+  }
+  bool from_meta = false;
+  std::vector<bool> tensors = module_detail::result_tensors(call, in, self, &from_meta);
+  if (!structure.empty() && from_meta) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (results_.size() >= kMaxStructures) results_.clear();
+    results_[structure] = tensors;
+  }
+  return tensors;
+}
+
 Meta InferenceMemo::infer(const std::string& structure, const Call& call, Inference& inference,
                           const std::vector<const Meta*>& in, const Node& self) {
   int64_t batch = -1;

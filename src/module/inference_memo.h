@@ -41,6 +41,11 @@ class InferenceMemo {
   Meta infer(const std::string& structure, const Call& call, Inference& inference, const std::vector<const Meta*>& in,
              const Node& self);
 
+  // Which of the forward's results are tensors (result_tensors in batch_inference.h), for a
+  // call of `structure` (koila_module_forward_all), remembered when a meta run found it.
+  std::vector<bool> result_tensors(const std::string& structure, const Call& call, const std::vector<const Meta*>& in,
+                                   const Node& self);
+
   // Most structures kept per module; the least recently used is forgotten first.
   static constexpr size_t kMaxStructures = 64;
   // Most batch sizes whose result a structure keeps without a meta run to confirm it.
@@ -63,6 +68,7 @@ class InferenceMemo {
 
   std::mutex mutex_;
   std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, std::vector<bool>> results_;  // result_tensors, per structure
   uint64_t clock_ = 0;
 };
 

@@ -52,6 +52,15 @@ struct LoadedModule {
 // parameters and buffers are shared, so later updates to them are seen.
 NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs);
 
+// The nodes for every result of `m.forward(inputs...)` when it returns several tensors (a
+// tuple, a list or a dict, nested ones flattened depth-first; results.h), null for None.
+// One call runs the module once for all of them: its node gives the first tensor result,
+// result nodes the others, each with its own batch dim (a result that mixes samples mixes
+// the call's). `*count` is the number of results as soon as it is known; more than
+// `capacity` fails with KOILA_ERROR_INVALID_ARGUMENT before anything runs.
+std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodePtr>& inputs, size_t capacity,
+                                        size_t* count);
+
 // Sets the `training` flag of the module and of every submodule that has one.
 void set_training(const torch::jit::Module& module, bool on);
 

@@ -2,6 +2,7 @@
 // result and says where its batch goes (module.h).
 #include "module/module.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,13 +55,18 @@ std::string module_name(const torch::jit::Module& module) {
   return name;
 }
 
-NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
+namespace {
+
+// Builds what a call of `m` on `inputs` shares (checked; `all`: koila_module_forward_all)
+// and the signature that tells its structure apart.
+std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& inputs, bool all,
+                                   std::string& signature) {
   auto call = std::make_shared<Call>();
   call->name = module_name(m.module);
   call->n_inputs = inputs.size();
   call->inputs = inputs;  // described only when a message needs them
   call->exported = m.exported;
-  module_detail::check_call(m, *call, inputs);
+  module_detail::check_call(m, *call, inputs, all);
 
   // The call runs the module as it is now: a twin shares its tensors but keeps its own
   // flags, so koila_module_train afterwards does not change what this call computes. Its
@@ -77,17 +83,59 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
   }
   call->module = module_detail::twin(*m.runnable, m.module, [](const at::Tensor& t) { return t; });
   // Which submodules train (dropout masks, batch statistics) changes the memory a call needs.
-  std::string signature = call->name + ":" + collect_state(*call);
-
-  auto inference = std::make_shared<Inference>();
-  BatchRule batch = [inference, name = call->name](const std::vector<const Meta*>&, const Meta&) {
-    BatchResult r = inference->batch;
-    if (!r.couples.empty()) r.couples = "(module " + name + ") " + r.couples;
-    if (!r.stats_couples.empty()) r.stats_couples = "(module " + name + ") " + r.stats_couples;
-    return r;
-  };
-  // Inferred once per structure of call (inference_memo.h).
+  signature = call->name + ":" + collect_state(*call);
   if (!m.inference_memo) m.inference_memo = std::make_shared<InferenceMemo>();
+  return call;
+}
+
+// The batch rule of a call: what the inference found, the module named in its messages.
+BatchResult named(BatchResult r, const std::string& name) {
+  if (!r.couples.empty()) r.couples = "(module " + name + ") " + r.couples;
+  if (!r.stats_couples.empty()) r.stats_couples = "(module " + name + ") " + r.stats_couples;
+  return r;
+}
+
+// The node of a call, its inputs followed by the module's tensors.
+NodePtr build_call(OpSpec spec, const Call& call, const std::vector<NodePtr>& inputs) {
+  spec.shown_inputs = inputs.size();
+  spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
+  spec.stats_counters = call.batch_norm_counters;
+  spec.stats_buffers = call.batch_norm_buffers;
+  std::vector<NodePtr> all = inputs;
+  for (const at::Tensor& t : call.state) all.push_back(make_constant(t));
+  if (all.empty()) module_detail::fail_nothing_to_run(call);
+  return build(std::move(spec), all);
+}
+
+// What a call with several results found, shared by its node and its result nodes.
+struct Results {
+  std::vector<bool> tensors;                 // which results are tensors (the others None)
+  std::vector<std::shared_ptr<Call>> calls;  // per tensor result: the call giving it
+  std::vector<Inference> inferences;
+  std::vector<Meta> metas;
+  size_t first = 0;   // the first tensor result: the call node's own value
+  BatchResult batch;  // of the call: a result that mixes samples mixes the call's
+  Tensors computed;   // a call computed at once: every result
+};
+
+// Checks that a run gave tensors where the call was inferred with them.
+void check_results(const Call& call, const Results& r, const Tensors& all) {
+  bool same = all.size() == r.tensors.size();
+  for (size_t k = 0; same && k < all.size(); ++k) same = !r.tensors[k] || all[k].defined();
+  if (same) return;
+  Call which = call;
+  for (size_t k = 0; k < r.tensors.size(); ++k)
+    if (r.tensors[k] && (k >= all.size() || !all[k].defined())) which.result = static_cast<int64_t>(k);
+  module_detail::fail_result_changed(which, all);
+}
+
+}  // namespace
+
+NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
+  std::string signature;
+  const std::shared_ptr<Call> call = prepare_call(m, inputs, /*all=*/false, signature);
+  auto inference = std::make_shared<Inference>();
+  // Inferred once per structure of call (inference_memo.h).
   auto infer = [call, inference, memo = m.inference_memo,
                 structure = InferenceMemo::structure(*call, signature, inputs)](const std::vector<const Meta*>& in,
                                                                                 const Node& self) {
@@ -95,18 +143,102 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
   };
   OpSpec spec{.name = "koila_module_forward",
               .run = [call](const Tensors& args, const Node&) { return run_call(*call, args); },
-              .batch = std::move(batch),
+              .batch = [inference, name = call->name](const std::vector<const Meta*>&,
+                                                      const Meta&) { return named(inference->batch, name); },
               .infer = std::move(infer),
-              .shown_inputs = inputs.size(),
-              .signature = std::move(signature),
-              .mutates_state = true,  // buffers (batch norm's running statistics) may change
-              .stats_counters = call->batch_norm_counters,
-              .stats_buffers = call->batch_norm_buffers};
+              .signature = std::move(signature)};
+  return build_call(std::move(spec), *call, inputs);
+}
 
-  std::vector<NodePtr> all = inputs;
-  for (const at::Tensor& t : call->state) all.push_back(make_constant(t));
-  if (all.empty()) module_detail::fail_nothing_to_run(*call);
-  return build(std::move(spec), all);
+std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodePtr>& inputs, size_t capacity,
+                                        size_t* count) {
+  std::string signature;
+  const std::shared_ptr<Call> call = prepare_call(m, inputs, /*all=*/true, signature);
+  auto r = std::make_shared<Results>();
+  *count = 0;
+  // Which results are tensors, then each tensor result inferred as a call of its own (once
+  // per structure, inference_memo.h); the call node stands for the first.
+  auto infer = [call, r, count, capacity, memo = m.inference_memo,
+                structure = InferenceMemo::structure(*call, signature, inputs)](const std::vector<const Meta*>& in,
+                                                                                const Node& self) {
+    r->tensors = memo->result_tensors(structure, *call, in, self);
+    *count = r->tensors.size();
+    if (capacity < r->tensors.size())
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call->name + " returns " + std::to_string(r->tensors.size()) +
+                                             " results, more than the capacity of " + std::to_string(capacity) +
+                                             " (a call with capacity 0 asks for the count)");
+    const auto first = std::find(r->tensors.begin(), r->tensors.end(), true);
+    if (first == r->tensors.end())
+      fail(KOILA_ERROR_UNSUPPORTED, "module " + call->name + " returns no tensor, only None");
+    r->first = static_cast<size_t>(first - r->tensors.begin());
+    const size_t n = r->tensors.size();
+    r->calls.assign(n, nullptr);
+    r->inferences.assign(n, Inference{});
+    r->metas.assign(n, Meta{});
+    r->batch = BatchResult{};
+    for (size_t k = 0; k < n; ++k) {
+      if (!r->tensors[k]) continue;
+      r->calls[k] = std::make_shared<Call>(*call);
+      r->calls[k]->result = static_cast<int64_t>(k);
+      const std::string key = structure.empty() ? structure : structure + "|result" + std::to_string(k);
+      r->metas[k] = memo->infer(key, *r->calls[k], r->inferences[k], in, self);
+      const BatchResult& b = r->inferences[k].batch;
+      const std::string which = n > 1 ? "(its result " + std::to_string(k) + ") " : std::string();
+      if (r->batch.couples.empty() && !b.couples.empty()) r->batch.couples = which + b.couples;
+      if (r->batch.stats_couples.empty() && !b.stats_couples.empty()) r->batch.stats_couples = b.stats_couples;
+    }
+    r->batch.batch_dim = r->batch.couples.empty() ? r->inferences[r->first].batch.batch_dim : -1;
+    if (!r->batch.couples.empty()) r->batch.stats_couples.clear();
+    return r->metas[r->first];
+  };
+  OpSpec spec{
+      .name = "koila_module_forward_all",
+      .run =
+          [call, r](const Tensors& args, const Node&) {
+            r->computed = run_call_all(*call, args);
+            check_results(*call, *r, r->computed);
+            return r->computed[r->first];
+          },
+      .run_all =
+          [call, r](const Tensors& args, const Node&) {
+            Tensors all = run_call_all(*call, args);
+            check_results(*call, *r, all);
+            return all;
+          },
+      .batch = [r, name = call->name](const std::vector<const Meta*>&, const Meta&) { return named(r->batch, name); },
+      .infer = std::move(infer),
+      .signature = std::move(signature)};
+  const NodePtr node = build_call(std::move(spec), *call, inputs);
+
+  std::vector<NodePtr> results(r->tensors.size());
+  if (!node->lazy()) {  // computed at once: every result as it came
+    for (size_t k = 0; k < results.size(); ++k)
+      if (r->tensors[k] && r->computed[k].defined()) results[k] = make_constant(r->computed[k]);
+    r->computed.clear();
+    return results;
+  }
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (!r->tensors[k]) continue;
+    if (k == r->first) {
+      results[k] = node;
+      continue;
+    }
+    OpSpec result{.name = "koila_module_result",
+                  .run = [](const Tensors&, const Node& self) -> at::Tensor {
+                    fail(KOILA_ERROR_INTERNAL, self.op + " runs only in an evaluation of its call");
+                  },
+                  .result = static_cast<int64_t>(k),
+                  .batch =
+                      [r, k](const std::vector<const Meta*>&, const Meta&) {
+                        BatchResult b;
+                        b.batch_dim = r->inferences[k].batch.batch_dim;
+                        return b;
+                      },
+                  .infer = [r, k](const std::vector<const Meta*>&, const Node&) { return r->metas[k]; },
+                  .signature = std::to_string(k)};
+    results[k] = build(std::move(result), {node});
+  }
+  return results;
 }
 
 }  // namespace koila

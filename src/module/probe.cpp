@@ -56,8 +56,7 @@ Probe::Probe(const Call& call, const Node& self, int64_t samples)
   inputs_ = probe_inputs(self);
 }
 
-at::Tensor Probe::run(const Tensors& inputs, int64_t n) {
-  c10::NoGradGuard no_grad;
+Tensors Probe::args(const Tensors& inputs, int64_t n) {
   Tensors args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int64_t bd = batch_dims_[i];
@@ -65,7 +64,17 @@ at::Tensor Probe::run(const Tensors& inputs, int64_t n) {
   }
   args.insert(args.end(), module_state_.begin(), module_state_.end());
   random_.reseed(kProbeSeed);
-  return run_call(call_, args, KOILA_ERROR_SHAPE, batch_norm_eval_);
+  return args;
+}
+
+at::Tensor Probe::run(const Tensors& inputs, int64_t n) {
+  c10::NoGradGuard no_grad;
+  return run_call(call_, args(inputs, n), KOILA_ERROR_SHAPE, batch_norm_eval_);
+}
+
+Tensors Probe::run_all() {
+  c10::NoGradGuard no_grad;
+  return run_call_all(call_, args(inputs_, -1), KOILA_ERROR_SHAPE, batch_norm_eval_);
 }
 
 std::optional<Tensors> Probe::perturbed(int64_t j) const {

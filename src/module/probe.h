@@ -30,6 +30,8 @@ class Probe {
   // The module's output on `inputs` (default: the probe inputs), narrowed to `n` samples.
   at::Tensor run(const Tensors& inputs, int64_t n = -1);
   at::Tensor run(int64_t n = -1) { return run(inputs_, n); }
+  // Every result of the module on the probe inputs (run_call_all).
+  Tensors run_all();
 
   // Runs from now on with the module's training batch norm layers evaluating.
   void set_batch_norm_eval(bool on) { batch_norm_eval_ = on; }
@@ -42,6 +44,9 @@ class Probe {
   // The first samples of the caller's inputs (whatever is needed of the graph before them
   // is evaluated for those samples only); made-up values when that fails.
   Tensors probe_inputs(const Node& self);
+  // The arguments of a run on `inputs` narrowed to `n` samples (-1: whole), the random
+  // generators reseeded.
+  Tensors args(const Tensors& inputs, int64_t n);
 
   const Call& call_;
   int64_t samples_;

@@ -124,6 +124,27 @@ class ReachedLeaves {
   PointerIndex<c10::TensorImpl> leaves_seen_;  // leaves added
 };
 
+// Keeps the results of the op with several results at position `i` for its result nodes;
+// its own value is the first defined one.
+at::Tensor keep_results(std::vector<Tensors>& results, size_t i, size_t n, Tensors all, const Node& node) {
+  if (results.empty()) results.resize(n);
+  results[i] = std::move(all);
+  for (const at::Tensor& t : results[i])
+    if (t.defined()) return t;
+  fail(KOILA_ERROR_INTERNAL, node.op + " gave no result");
+}
+
+// The value of result node `node`, whose op sits at position `p`.
+at::Tensor result_of(const std::vector<Tensors>& results, int64_t p, const Node& node) {
+  const auto r = static_cast<size_t>(node.result);
+  if (p < 0 || static_cast<size_t>(p) >= results.size() || r >= results[static_cast<size_t>(p)].size())
+    fail(KOILA_ERROR_INTERNAL, node.op + " " + std::to_string(r) + " read before its op ran, or past its results");
+  const at::Tensor& t = results[static_cast<size_t>(p)][r];
+  if (!t.defined())
+    fail(KOILA_ERROR_INTERNAL, node.op + " " + std::to_string(r) + ": the op gave none where a tensor was inferred");
+  return t;
+}
+
 }  // namespace
 
 Schedule make_schedule(const std::vector<const Node*>& roots,
@@ -180,6 +201,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   std::optional<ReachedLeaves> reached;  // made only when asked for (every evaluation passes here)
   if (options.reached_leaves) reached.emplace(options.reached_leaves);
   std::vector<at::Tensor> values(order.size());
+  std::vector<Tensors> several;  // results of ops with several results, by position (made when first needed)
   Tensors args;
   size_t live = 0;
   EvalStats stats;
@@ -202,7 +224,12 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
       args.push_back(p >= 0 ? values[static_cast<size_t>(p)] : at::Tensor());
     }
     try {
-      values[i] = node.run(args, node);
+      if (node.result >= 0)
+        values[i] = result_of(several, schedule.inputs[first], node);
+      else if (node.run_all)
+        values[i] = keep_results(several, i, order.size(), node.run_all(args, node), node);
+      else
+        values[i] = node.run(args, node);
     } catch (const c10::Error&) {
       rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
     }
@@ -220,6 +247,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
       if (--uses[static_cast<size_t>(p)] == 0) {
         if (order[static_cast<size_t>(p)]->kind == NodeKind::Op && !is_given(order[static_cast<size_t>(p)])) --live;
         values[static_cast<size_t>(p)] = at::Tensor();
+        if (!several.empty()) several[static_cast<size_t>(p)].clear();
       }
     }
   }

@@ -8,6 +8,7 @@ Exits 0 when all holds, 1 with the first difference otherwise."""
 import sys
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 
 def main():
@@ -23,7 +24,8 @@ def main():
             sys.exit(f"check_saved.py: {name} differs from what koila held by {diff}")
     with torch.no_grad():
         out = ep.module()(torch.load(example, weights_only=False))
-    print(f"check_saved.py: {len(want)} tensors equal; the program runs ({tuple(out.shape)})")
+    shapes = [tuple(t.shape) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    print(f"check_saved.py: {len(want)} tensors equal; the program runs ({', '.join(map(str, shapes))})")
 
 
 if __name__ == "__main__":

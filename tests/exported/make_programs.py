@@ -9,14 +9,18 @@ For each case NAME it writes
   NAME.ref.pt  torch.save of a dict, in this order:
                  input, target   the batch and its int64 class indices
                  logits          model(input) (the first result for models with several)
-                 loss            mean cross entropy of logits and target
+                 loss            the loss the manifest's loss= names (loss_of): the mean
+                                 cross entropy of the logits and target, or for several
+                                 results the sum over them of that or of their mean squares
+                 result0, ...    every result, flattened as torch.utils._pytree does
                  grad__P         d loss / d P for each parameter P in named_parameters()
                                  order ('.' written '__')
                  buffer__B       each buffer B after that step (batch norm's running
                                  statistics move in training mode)
                computed by PyTorch on the model itself, eagerly, whole batch (the program,
                saved and loaded back, is checked to compute the same logits);
-  MANIFEST     one line per case: NAME mode=train|eval batch=dynamic|fixed outputs=N.
+  MANIFEST     one line per case: NAME mode=train|eval batch=dynamic|fixed outputs=N
+               loss=ce_each|squares.
 The programs are small (a few KiB of weights): the tests load them on every LibTorch koila
 builds against, and the committed copies (tests/data/exported/<torch version>/) are what a
 LibTorch without torch.export (1.13) is tested on.
@@ -28,6 +32,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten
 
 CLASSES = 5
 
@@ -97,6 +102,31 @@ class Tied(nn.Module):
         return self.out(torch.tanh(self.emb(tokens).mean(1)))
 
 
+class Heads(nn.Module):
+    """A dict of two heads over one trunk: several results (koila_module_forward_all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(12, 16)
+        self.cls = nn.Linear(16, CLASSES)
+        self.aux = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        h = torch.tanh(self.trunk(x.flatten(1)))
+        return {"cls": self.cls(h), "aux": self.aux(h)}
+
+
+class LstmFull(nn.Module):
+    """An LSTM's whole return, (output, (h, c)): h and c carry the batch in dim 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)
+
+
 def conv_input(n):
     return torch.randn(n, 3, 6, 6)
 
@@ -111,7 +141,18 @@ CASES = {
     "lstm": (LstmClassifier, lambda n: torch.randn(n, 5, 4), 8, "train", True),
     "attention": (Attention, lambda n: torch.randn(n, 4, 8), 8, "train", True),
     "tied": (Tied, lambda n: torch.randint(CLASSES, (n, 3)), 8, "train", True),
+    # Several results; the loss sums one term per result (loss_of).
+    "heads": (Heads, lambda n: torch.randn(n, 3, 4), 16, "train", True),
+    "lstm_full": (LstmFull, lambda n: torch.randn(n, 5, 4), 8, "train", True),
 }
+
+# The loss of a case from its results (flattened) and targets, summed over the results: the
+# mean cross entropy of each ("ce_each", results that are logits), or the mean of each one's
+# squares ("squares").
+def loss_of(name, results, y):
+    rule = {"heads": "ce_each", "lstm_full": "squares"}.get(name, "ce_each")
+    terms = [F.cross_entropy(r, y) if rule == "ce_each" else (r * r).mean() for r in results]
+    return sum(terms[1:], terms[0]), rule
 
 
 def grad_name(n):
@@ -139,19 +180,22 @@ def make(name, out_dir):
     # The reference: the model itself, eagerly (its tied weights one parameter, whose
     # gradient sums both uses; torch.export.load(...).module() unties them). The program
     # as saved and loaded back must compute the same logits.
-    logits = eager(x)
+    results = tree_flatten(eager(x))[0]
     with torch.no_grad():
-        again = torch.export.load(path).module()(x)
-    assert torch.allclose(again, logits, atol=1e-6), f"{name}: the saved program computes other logits"
-    loss = F.cross_entropy(logits, y)
+        again = tree_flatten(torch.export.load(path).module()(x))[0]
+    assert len(again) == len(results) and all(torch.allclose(a, r, atol=1e-6) for a, r in zip(again, results)), \
+        f"{name}: the saved program computes other results"
+    loss, rule = loss_of(name, results, y)
     loss.backward()
-    ref = {"input": x, "target": y, "logits": logits.detach(), "loss": loss.detach()}
+    ref = {"input": x, "target": y, "logits": results[0].detach(), "loss": loss.detach()}
+    for k, r in enumerate(results):
+        ref[f"result{k}"] = r.detach()
     for n, p in eager.named_parameters():
         ref[grad_name(n)] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     for n, b in eager.named_buffers():
         ref["buffer__" + n.replace(".", "__")] = b.detach().clone()
     torch.save(ref, os.path.join(out_dir, name + ".ref.pt"))
-    return f"{name} mode={mode} batch={'dynamic' if dynamic else 'fixed'} outputs=1"
+    return f"{name} mode={mode} batch={'dynamic' if dynamic else 'fixed'} outputs={len(results)} loss={rule}"
 
 
 def main():

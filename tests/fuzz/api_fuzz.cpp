@@ -1086,6 +1086,27 @@ std::vector<Entry> make_table() {
     op_result(st, "koila_module_forward", d,
               [&](koila_tensor** o) { return koila_module_forward(o, m, ptr, inputs.size()); });
   });
+  add("koila_module_forward_all", 2, [](State& st) {
+    koila_module* m = pick_module(st);
+    int d = 0;
+    std::vector<koila_tensor*> inputs(static_cast<size_t>(st.in.below(3)));
+    for (koila_tensor*& t : inputs) t = pick(st, &d);
+    koila_tensor* const* ptr = st.in.chance(3) ? nullptr : inputs.data();
+    const size_t capacity = static_cast<size_t>(st.in.range(0, 4));
+    std::vector<koila_tensor*> out(capacity, sentinel<koila_tensor>());
+    size_t count = 99;
+    note("koila_module_forward_all n " + std::to_string(inputs.size()) + " capacity " + std::to_string(capacity));
+    const bool ok = check(koila_module_forward_all(st.in.chance(8) ? nullptr : out.data(), capacity,
+                                                   st.in.chance(8) ? nullptr : &count, m, ptr, inputs.size()),
+                          "koila_module_forward_all");
+    if (ok && count > capacity) die("koila_module_forward_all: succeeded with more results than room");
+    for (size_t k = 0; k < capacity; ++k) {
+      const bool written = ok && k < count;
+      if (!written && out[k] != sentinel<koila_tensor>()) die("koila_module_forward_all: wrote past its results");
+      if (written && out[k] == sentinel<koila_tensor>()) die("koila_module_forward_all: left a result unset");
+      if (written && out[k]) keep(st, out[k], d + 1);
+    }
+  });
   add("koila_module_train", 1, [](State& st) {
     koila_module* m = pick_module(st);
     const int on = flag(st);
@@ -1263,7 +1284,7 @@ void run(State& st, long calls) {
 // copies, random bytes, an empty file and a directory, plus a path that does not exist.
 std::vector<std::string> make_corpus(const std::string& dir, const std::string& scratch) {
   std::vector<std::string> files;
-  for (const char* name : {"mlp.pt", "cnn.pt", "mlp.pt2", "convbn_train.pt2"}) {
+  for (const char* name : {"mlp.pt", "cnn.pt", "mlp.pt2", "convbn_train.pt2", "lstm_full.pt2"}) {
     const std::string path = dir + "/" + name;
     std::ifstream file(path, std::ios::binary);
     if (!file) continue;

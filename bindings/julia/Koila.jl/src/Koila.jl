@@ -69,7 +69,7 @@ export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, bu
        describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
        manual_seed!, set_batch_stats!, set_chunking!, set_progress!, Timeline, events, peak_index,
        memory_part
-export TorchModule, forward, train!, istraining, num_parameters, parameter, parameters,
+export TorchModule, forward, forward_all, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, module_kind, num_buffers, buffer, buffers, buffer_name,
        buffer_names, Optimizer, SGD, Adam, step!
 export ProcessGroup, group_rank, group_size, group_broadcast!, group_backward!

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: bba3ce299d5c46a3c93baf73dcafd7b14e40eb1f5b871694b16114d68b033975
+# Header sha256: 7a3bd8b2c2d5b49fc0fa48324c6029a0cf1ca11c394fdf18369b60ac9880a533
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -331,6 +331,7 @@ const _fptr_koila_module_kind_of = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_num_buffers = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_buffer = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_module_buffer_name = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_module_forward_all = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_sgd = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_adam = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_step = Ref{Ptr{Cvoid}}(C_NULL)
@@ -474,6 +475,7 @@ const _FUNCTIONS = (
     (:koila_module_num_buffers, _fptr_koila_module_num_buffers),
     (:koila_module_buffer, _fptr_koila_module_buffer),
     (:koila_module_buffer_name, _fptr_koila_module_buffer_name),
+    (:koila_module_forward_all, _fptr_koila_module_forward_all),
     (:koila_optimizer_sgd, _fptr_koila_optimizer_sgd),
     (:koila_optimizer_adam, _fptr_koila_optimizer_adam),
     (:koila_optimizer_step, _fptr_koila_optimizer_step),
@@ -2034,6 +2036,19 @@ function koila_module_buffer_name(m, i, buf, capacity, needed)
     fptr = _fptr_koila_module_buffer_name[]
     fptr == C_NULL && _not_loaded(:koila_module_buffer_name)
     ccall(fptr, Ptr{koila_status}, (Ptr{koila_module}, Csize_t, Ptr{UInt8}, Csize_t, Ptr{Csize_t}), m, i, buf, capacity, needed)
+end
+
+"""
+    koila_module_forward_all(out, capacity, count, m, inputs, n) -> Ptr{koila_status}
+
+C: `koila_status *koila_module_forward_all(koila_tensor **out, size_t capacity, size_t *count, koila_module *m, koila_tensor *const *inputs, size_t n);`
+
+The results of m.forward(inputs...) when it returns several tensors: a tuple, a list or a dict, nested ones flattened depth-first (dict entries in the order the module returns them; an exported program's results in its output order, which is that flattening). Writes their count to *count; when capacity >= *count, writes one handle per result to out[0..*count-1], each as koila_module_forward's result would be (lazy if any input is, else computed at once; with its own batch dim or none), and NULL for a None entry. When capacity < *count it writes no handle and fails with KOILA_ERROR_INVALID_ARGUMENT naming the count, so that a call with capacity 0 (out may then be NULL) asks for the count; that call runs nothing (the count comes from a run on meta tensors, or on the probe where that fails). A module that returns one tensor gives 1; a result of another type (an int, a string) is KOILA_ERROR_UNSUPPORTED naming it. One call runs the module once for all its results, whichever of them are read: a training step may take its loss from several (koila_add of two heads' losses). A result that does not carry the batch when the inputs do (a sum over the batch) mixes samples, so the whole call does: it runs unsplit. The module's results must keep their structure from call to call (which are None); where a later run gives None for a result inferred as a tensor, that run fails with KOILA_ERROR_UNSUPPORTED. Calls are inferred once per structure, as koila_module_forward's, each result as a call of its own.
+"""
+function koila_module_forward_all(out, capacity, count, m, inputs, n)
+    fptr = _fptr_koila_module_forward_all[]
+    fptr == C_NULL && _not_loaded(:koila_module_forward_all)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Csize_t, Ptr{Csize_t}, Ptr{koila_module}, Ptr{Ptr{koila_tensor}}, Csize_t), out, capacity, count, m, inputs, n)
 end
 
 """

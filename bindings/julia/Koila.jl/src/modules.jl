@@ -47,6 +47,31 @@ end
 (m::TorchModule)(inputs::Tensor...) = forward(m, inputs...)
 
 """
+    forward_all(m::TorchModule, inputs::Tensor...) -> Vector{Union{Tensor,Nothing}}
+
+Every result of `m.forward(inputs...)` when it returns several tensors: a tuple, a list or a
+dict, nested ones flattened depth-first (dict entries in the order the module returns
+them), `nothing` for a None entry. Each is lazy when any input is, with its own batch dim or
+none; one call runs the module once for all of them. A module that returns one tensor gives
+one. A result that is not a tensor, None, or a tuple, list or dict of those throws
+`KOILA_ERROR_UNSUPPORTED`.
+"""
+function forward_all(m::TorchModule, inputs::Tensor...)
+    ts = Tensor[inputs...]
+    handles = _handles(ts, "forward_all")
+    count = Ref{Csize_t}(0)
+    # The count first: with no room koila writes it and answers INVALID_ARGUMENT.
+    status = GC.@preserve ts LibKoila.koila_module_forward_all(C_NULL, 0, count, m, handles, length(handles))
+    if status != C_NULL
+        count[] == 0 && _throw_status(status)
+        LibKoila.koila_status_free(status)
+    end
+    out = fill(Ptr{koila_tensor}(C_NULL), Int(count[]))
+    @check GC.@preserve ts LibKoila.koila_module_forward_all(out, length(out), count, m, handles, length(handles))
+    return Union{Tensor,Nothing}[p == C_NULL ? nothing : Tensor(p) for p in out]
+end
+
+"""
     train!(m::TorchModule, on = true) -> m
 
 Sets the training flag of the module and its submodules (`train!(m, false)` for

@@ -801,6 +801,20 @@ end
     @test all(p -> grad(p) !== nothing, parameters(m))
     koila_error(() -> m(lazy(Koila.randn(8, 3, 7, 7), 1)), KOILA_ERROR_SHAPE)
 end
+
+@testset "several results (lstm_full.pt2: nn.LSTM's (output, (h, c)))" begin
+    m = TorchModule(joinpath(models, "lstm_full.pt2"))
+    Koila.manual_seed!(3)
+    x = lazy(Koila.randn(8, 5, 4), 1)
+    results = forward_all(m, x)
+    @test length(results) == 3
+    @test [size(r) for r in results] == [(8, 5, 6), (2, 8, 6), (2, 8, 6)]
+    @test [batchdim(r) for r in results] == [1, 2, 2]
+    loss = sum(results[1] .* results[1]) + sum(results[2] .* results[2]) + sum(results[3] .* results[3])
+    backward!(loss)
+    @test all(p -> grad(p) !== nothing, parameters(m))
+    @test length(forward_all(TorchModule(joinpath(models, "mlp.pt")), Koila.randn(4, 784))) == 1
+end
 end
 
 end # @testset "Koila"

@@ -1141,6 +1141,34 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
+    #[doc = " The results of m.forward(inputs...) when it returns several tensors: a tuple, a list or a"]
+    #[doc = "dict, nested ones flattened depth-first (dict entries in the order the module returns"]
+    #[doc = "them; an exported program's results in its output order, which is that flattening)."]
+    #[doc = "Writes their count to *count; when capacity >= *count, writes one handle per result to"]
+    #[doc = "out[0..*count-1], each as koila_module_forward's result would be (lazy if any input is,"]
+    #[doc = "else computed at once; with its own batch dim or none), and NULL for a None entry. When"]
+    #[doc = "capacity < *count it writes no handle and fails with KOILA_ERROR_INVALID_ARGUMENT naming"]
+    #[doc = "the count, so that a call with capacity 0 (out may then be NULL) asks for the count; that"]
+    #[doc = "call runs nothing (the count comes from a run on meta tensors, or on the probe where"]
+    #[doc = "that fails). A module that returns one tensor gives 1; a result of another type (an int,"]
+    #[doc = "a string) is KOILA_ERROR_UNSUPPORTED naming it. One call runs the module once for all"]
+    #[doc = "its results, whichever of them are read: a training step may take its loss from several"]
+    #[doc = "(koila_add of two heads' losses). A result that does not carry the batch when the"]
+    #[doc = "inputs do (a sum over the batch) mixes samples, so the whole call does: it runs unsplit."]
+    #[doc = "The module's results must keep their structure from call to call (which are None);"]
+    #[doc = "where a later run gives None for a result inferred as a tensor, that run fails with"]
+    #[doc = "KOILA_ERROR_UNSUPPORTED. Calls are inferred once per structure, as koila_module_forward's,"]
+    #[doc = "each result as a call of its own."]
+    pub fn koila_module_forward_all(
+        out: *mut *mut koila_tensor,
+        capacity: usize,
+        count: *mut usize,
+        m: *mut koila_module,
+        inputs: *const *mut koila_tensor,
+        n: usize,
+    ) -> *mut koila_status;
+}
+extern "C" {
     #[doc = " Optimizers over concrete floating-point leaves that require grad (each at most once),"]
     #[doc = "as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam"]
     #[doc = "with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step."]

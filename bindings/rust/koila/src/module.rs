@@ -75,6 +75,31 @@ impl Module {
         make(|out| unsafe { sys::koila_module_forward(out, self.ptr(), or_null(&ptrs), ptrs.len()) })
     }
 
+    /// Every result of `forward(inputs...)` when it returns several tensors: a tuple, a list
+    /// or a dict, nested ones flattened depth-first (dict entries in the order the module
+    /// returns them), `None` for a None entry. Each result is lazy when any input is, with
+    /// its own batch dim or none; one call runs the module once for all of them. A module
+    /// that returns one tensor gives one. Results of another type are [`Code::Unsupported`].
+    pub fn forward_all(&self, inputs: &[&Tensor]) -> Result<Vec<Option<Tensor>>> {
+        let ptrs = pointers(inputs);
+        let mut count = 0usize;
+        // The count first (capacity 0: koila writes it and fails with InvalidArgument).
+        let status = unsafe {
+            sys::koila_module_forward_all(ptr::null_mut(), 0, &mut count, self.ptr(), or_null(&ptrs), ptrs.len())
+        };
+        if let Err(e) = check(status) {
+            if e.code() != Code::InvalidArgument || count == 0 {
+                return Err(e);
+            }
+        }
+        let mut raw: Vec<*mut sys::koila_tensor> = vec![ptr::null_mut(); count];
+        check(unsafe {
+            sys::koila_module_forward_all(raw.as_mut_ptr(), raw.len(), &mut count, self.ptr(), or_null(&ptrs), ptrs.len())
+        })?;
+        // SAFETY: on success each non-null entry is a new handle the caller owns.
+        Ok(raw.into_iter().map(|t| unsafe { Tensor::from_raw(t) }).collect())
+    }
+
     /// Sets the training flag of the module and its submodules (for calls built after).
     pub fn train(&mut self, on: bool) -> Result<()> {
         check(unsafe { sys::koila_module_train(self.ptr(), on as i32) })

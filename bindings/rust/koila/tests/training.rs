@@ -315,3 +315,44 @@ fn exported_program() {
     let wrong = Tensor::zeros(&[8, 3, 7, 7], DType::Float32, "cpu").unwrap().lazy(0).unwrap();
     assert_eq!(m.forward(&[&wrong]).unwrap_err().code(), Code::Shape);
 }
+
+#[test]
+fn several_results() {
+    let _g = serial();
+    let dir = models_dir();
+    // nn.LSTM's whole return, (output, (h, c)), exported by PyTorch 2.14.1: h and c carry
+    // the batch in dim 1.
+    let m = Module::load(dir.join("lstm_full.pt2"), "cpu").unwrap();
+    koila::manual_seed(4).unwrap();
+    let x = Tensor::randn(&[8, 5, 4], DType::Float32, "cpu").unwrap().lazy(0).unwrap();
+    let results = m.forward_all(&[&x]).unwrap();
+    let results: Vec<Tensor> = results.into_iter().map(|r| r.expect("a tensor")).collect();
+    let shapes: Vec<(Vec<i64>, Option<i64>)> =
+        results.iter().map(|r| (r.shape().unwrap(), r.batch_dim().unwrap())).collect();
+    assert_eq!(shapes, [(vec![8, 5, 6], Some(0)), (vec![2, 8, 6], Some(1)), (vec![2, 8, 6], Some(1))]);
+    // A loss over all three trains every parameter.
+    let mut loss: Option<Tensor> = None;
+    for r in &results {
+        let term = r.mul(r).unwrap().mean(&[], false).unwrap();
+        loss = Some(match loss {
+            Some(l) => l.add(&term).unwrap(),
+            None => term,
+        });
+    }
+    loss.unwrap().backward().unwrap();
+    for p in m.parameters().unwrap() {
+        assert!(p.grad().unwrap().is_some());
+    }
+    // The last step's h is the output's last step (one layer on top: layer 1 of h).
+    let out = results[0].to_vec::<f32>().unwrap();
+    let h = results[1].to_vec::<f32>().unwrap();
+    for sample in 0..8 {
+        let last = &out[(sample * 5 + 4) * 6..(sample * 5 + 5) * 6];
+        let top = &h[(8 + sample) * 6..(8 + sample + 1) * 6];
+        assert_close(last, top, 1e-6);
+    }
+    // A module with one result gives one.
+    let mlp = Module::load(dir.join("mlp.pt"), "cpu").unwrap();
+    let xs = Tensor::randn(&[4, 784], DType::Float32, "cpu").unwrap();
+    assert_eq!(mlp.forward_all(&[&xs]).unwrap().len(), 1);
+}

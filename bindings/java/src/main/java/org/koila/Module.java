@@ -101,6 +101,36 @@ public final class Module extends NativeHandle {
   }
 
   /**
+   * Every result of {@code forward(inputs...)} when it returns several tensors: a tuple, a
+   * list or a dict, nested ones flattened depth-first (dict entries in the order the module
+   * returns them). Each is lazy when any input is, with its own batch dim or none; one call
+   * runs the module once for all of them. A module that returns one tensor gives one.
+   *
+   * @return one tensor per result, null for a None entry
+   * @throws KoilaException as {@link #forward}, and {@link Code#UNSUPPORTED} for a result
+   *     that is not a tensor, None, or a tuple, list or dict of those
+   */
+  public Tensor[] forwardAll(Tensor... inputs) {
+    long m = address();
+    long[] handles = Tensor.addresses(inputs, "inputs");
+    long[] count = new long[1];
+    try {
+      // The count first: with no room koila writes it and answers INVALID_ARGUMENT.
+      long status = KoilaNative.koila_module_forward_all(null, count, m, handles);
+      if (status != 0 && count[0] == 0) KoilaException.check(status);
+      if (status != 0) KoilaNative.koila_status_free(status);
+      long[] out = new long[Math.toIntExact(count[0])];
+      KoilaException.check(KoilaNative.koila_module_forward_all(out, count, m, handles));
+      Tensor[] results = new Tensor[out.length];
+      for (int i = 0; i < out.length; ++i) results[i] = Tensor.adopt(out[i]);
+      return results;
+    } finally {
+      Reference.reachabilityFence(this);
+      Reference.reachabilityFence(inputs);
+    }
+  }
+
+  /**
    * Sets the training flag of the module and its submodules, for calls built afterwards.
    *
    * @return this module

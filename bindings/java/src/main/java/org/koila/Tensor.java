@@ -98,6 +98,11 @@ public final class Tensor extends NativeHandle {
     return out[0] == 0 ? null : new Tensor(out[0]);
   }
 
+  /** A tensor for a new handle koila returned, null for 0 (a None result). */
+  static Tensor adopt(long address) {
+    return address == 0 ? null : new Tensor(address);
+  }
+
   /** The handles of {@code tensors}: throws for a null array, a null or a closed tensor. */
   static long[] addresses(Tensor[] tensors, String name) {
     if (tensors == null) throw KoilaException.invalid("argument '" + name + "' is null");

@@ -208,4 +208,42 @@ class ModuleTest {
       buffers.values().forEach(Tensor::close);
     }
   }
+
+  /**
+   * Several results: nn.LSTM's whole return, (output, (h, c)), exported by PyTorch 2.14.1
+   * (lstm_full.pt2); h and c carry the batch in dim 1.
+   */
+  @Test
+  void severalResults() {
+    try (Module m = Module.load(TestSupport.models().resolve("lstm_full.pt2"));
+        Module script = Module.load(TestSupport.mlp())) {
+      Koila.manualSeed(6);
+      try (Tensor x = Tensor.randn(8, 5, 4)) {
+        Tensor[] results = m.forwardAll(x.lazy(0));
+        assertEquals(3, results.length);
+        assertShape(results[0], 8, 5, 6);
+        assertShape(results[1], 2, 8, 6);
+        assertShape(results[2], 2, 8, 6);
+        assertEquals(0, results[0].batchDim());
+        assertEquals(1, results[1].batchDim());
+        assertEquals(1, results[2].batchDim());
+        Tensor loss = null;
+        for (Tensor r : results) {
+          Tensor term = r.mul(r).mean();
+          loss = loss == null ? term : loss.add(term);
+        }
+        loss.backward();
+        for (Tensor p : m.parameters()) assertNotNull(p.grad());
+        // The top layer's h is the output's last step.
+        float[] out = results[0].toFloatArray();
+        float[] h = results[1].toFloatArray();
+        for (int sample = 0; sample < 8; ++sample)
+          for (int j = 0; j < 6; ++j)
+            assertEquals(out[(sample * 5 + 4) * 6 + j], h[(8 + sample) * 6 + j], 1e-6f);
+      }
+      try (Tensor x = Tensor.randn(4, 784)) {
+        assertEquals(1, script.forwardAll(x).length);
+      }
+    }
+  }
 }
