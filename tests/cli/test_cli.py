@@ -3,7 +3,7 @@
 
 usage: test_cli.py --koila BIN --corpus DIR --work DIR CASE
 
-CASE is one of: plan_text, plan_json, svg, fit, forward_int_input, errors, help. Each runs
+CASE is one of: plan_text, plan_json, svg, fit, forward_int_input, exported, errors, help. Each runs
 the command as a user would and checks what it prints: figures against each other (the
 parts of the memory add up to the plan's peak, the timeline's peak is the plan's), the
 fit against koila's own plans and a measured run, and every error as one line.
@@ -191,6 +191,30 @@ def case_errors(a):
         check(proc.stdout == "", "%s: stdout %r" % (label, proc.stdout))
         for trace in ("terminate called", "Traceback", "Exception raised from", "what():", "frame #"):
             check(trace not in proc.stderr, "%s: %r in stderr" % (label, trace))
+
+
+def case_exported(a):
+    """A torch.export program (the corpus's 2.x configuration) plans and fits as its
+    TorchScript twin does, in the mode it was exported in whatever --mode says."""
+    program = os.path.join(a.corpus, "vit_small.train.pt2")
+    if not os.path.exists(program):
+        print("no exported programs in this corpus (a PyTorch without torch.export made it): nothing to check")
+        return
+    twin = plan_json(a, ["--batch", "256", "--budget", "24MiB"])
+    proc = run(["plan", program] + VIT + ["--batch", "256", "--budget", "24MiB", "--json"], a.koila)
+    r = json.loads(proc.stdout)
+    check(r["module_kind"] == "exported" and r["module_mode"] == "training", "kind and mode: %s %s" % (r["module_kind"], r["module_mode"]))
+    check(twin["module_kind"] == "torchscript", "the twin's kind: %s" % twin["module_kind"])
+    check(r["chunks"] >= 2 and r["chunk"] == twin["chunk"], "plan: %s, the twin's: %s" % (r["description"], twin["description"]))
+    check_parts(r, "exported plan")
+    text = run(["plan", program] + VIT[:2] + ["--batch", "64"], a.koila).stdout
+    check("in the training mode it was exported in" in text, "forward of a training program: %r" % text[:400])
+    proc = run(["fit", program] + VIT + ["--batch", "1024", "--budget", "48MiB", "--verify", "--json"], a.koila)
+    fit = json.loads(proc.stdout)
+    n = fit["largest_unsplit_batch"]
+    check(n > 0 and fit["largest_unsplit_peak_bytes"] <= fit["budget_bytes"], "fit: %d" % n)
+    check(fit["verify"]["batch"] == n and fit["verify"]["measured_peak_bytes"] <= fit["budget_bytes"],
+          "fit --verify: %s" % fit["verify"])
 
 
 def case_help(a):

@@ -214,7 +214,9 @@ bool parse_options(const std::vector<std::string>& args, Options* out) {
   o.command = positional[0];
   if (o.command != "plan" && o.command != "fit")
     usage_error("unknown command '" + o.command + "': expected plan or fit");
-  if (positional.size() < 2) usage_error("missing MODEL.pt (a TorchScript module: torch.jit.script(model).save(path))");
+  if (positional.size() < 2)
+    usage_error(
+        "missing MODEL.pt (a TorchScript module: torch.jit.script(model).save(path)) or MODEL.pt2 (torch.export.save)");
   if (positional.size() > 2) usage_error("unexpected argument '" + positional[2] + "'");
   o.model = positional[1];
   if (o.inputs.empty())
@@ -249,7 +251,8 @@ void print_usage() {
       "  --batch N              samples in a batch (dim 0 of every input)\n"
       "  --device DEV           cpu (default), cuda or cuda:N\n"
       "  --mode MODE            forward (default: evaluation, module in eval mode) or training\n"
-      "                         (forward and backward from the loss, module in training mode)\n"
+      "                         (forward and backward from the loss, module in training mode);\n"
+      "                         an exported program (.pt2) keeps the mode it was exported in\n"
       "  --loss LOSS            training: cross_entropy:C (C classes), mse or mean\n"
       "  --optimizer OPT        training: sgd, sgd-momentum (1 copy of the parameters) or\n"
       "                         adam (2 copies); its state is held as after its first step\n"

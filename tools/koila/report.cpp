@@ -117,6 +117,9 @@ std::string setup_text(const Session& s) {
   text += "inputs     " + inputs + " per sample\n";
   text += "device     " + o.device + "\n";
   text += std::string("mode       ") + (o.mode == KOILA_MODE_TRAINING ? "training" : "forward");
+  if (s.exported())
+    text += std::string(" (an exported program, in the ") + (s.module_training() ? "training" : "evaluation") +
+            " mode it was exported in)";
   if (o.loss != Loss::None) text += std::string(", loss ") + loss_name(o);
   if (o.optimizer != OptimizerKind::None) text += std::string(", optimizer ") + optimizer_name(o.optimizer);
   text += "\nbudget     " + human_bytes(s.budget()) + (o.budget == 0 ? " (auto: free memory less a tenth)" : "") + "\n";
@@ -135,6 +138,8 @@ void setup_json(Json& j, const Session& s) {
   }
   j.end_array();
   j.field("mode", o.mode == KOILA_MODE_TRAINING ? "training" : "forward")
+      .field("module_kind", s.exported() ? "exported" : "torchscript")
+      .field("module_mode", s.module_training() ? "training" : "evaluation")
       .field("loss", loss_name(o))
       .field("optimizer", optimizer_name(o.optimizer))
       .field("parameters", static_cast<uint64_t>(s.num_parameters()))

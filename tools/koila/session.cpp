@@ -75,7 +75,15 @@ Session::Session(const Options& options) : o_(options) {
   module_.reset(m);
   module_bytes_ = in_use() > before ? in_use() - before : 0;
   const bool training = o_.mode == KOILA_MODE_TRAINING;
-  check(koila_module_train(m, training ? 1 : 0), "koila_module_train");
+  koila_module_kind kind = KOILA_MODULE_TORCHSCRIPT;
+  check(koila_module_kind_of(m, &kind), "koila_module_kind_of");
+  exported_ = kind == KOILA_MODULE_EXPORTED;
+  // An exported program's mode was fixed at export (batch norm and dropout take it as a
+  // constant): it runs in that mode, for the forward and for training alike.
+  if (!exported_) check(koila_module_train(m, training ? 1 : 0), "koila_module_train");
+  int module_training = 0;
+  check(koila_module_is_training(m, &module_training), "koila_module_is_training");
+  module_training_ = module_training != 0;
   check(koila_module_num_parameters(m, &num_params_), "koila_module_num_parameters");
   for (size_t i = 0; i < num_params_; ++i) {
     koila_tensor* raw = nullptr;

@@ -50,6 +50,10 @@ class Session {
   uint64_t optimizer_bytes() const { return optimizer_bytes_; }
   uint64_t in_use() const;  // bytes held on the device now (koila_memory_stats)
   koila_module* module() { return module_.get(); }
+  // An exported program (.pt2) keeps the mode it was exported in, whatever --mode says;
+  // a TorchScript module trains for --mode training and evaluates for forward.
+  bool exported() const { return exported_; }
+  bool module_training() const { return module_training_; }
 
  private:
   Tensor make_loss(koila_tensor* output, BatchPlan& b);
@@ -58,6 +62,7 @@ class Session {
   Module module_;
   size_t num_params_ = 0;
   uint64_t param_bytes_ = 0, module_bytes_ = 0, optimizer_bytes_ = 0;
+  bool exported_ = false, module_training_ = false;
   std::vector<Tensor> optimizer_state_;
 };
 
