@@ -1,6 +1,6 @@
 // Exported programs (.pt2 archives of torch.export) loaded and trained through the C API,
 // against PyTorch's own results for the same programs: tests/exported/make_programs.py
-// wrote them with PyTorch 2.13 and 2.14.1 into tests/data/exported/<version>/ (see its
+// wrote them with PyTorch 2.11, 2.13 and 2.14.1 into tests/data/exported/<version>/ (see its
 // docstring), together with the logits, loss, gradients and buffers PyTorch computed on the
 // program loaded back (torch.export.load(...).module()).
 #include <caffe2/serialize/inline_container.h>
@@ -41,7 +41,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.label(); }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const std::string version : {"2.13.0", "2.14.1"}) {
+  for (const std::string version : {"2.11.0", "2.13.0", "2.14.1"}) {
     std::ifstream manifest(kFixtures + "/" + version + "/MANIFEST");
     std::string line;
     while (std::getline(manifest, line)) {

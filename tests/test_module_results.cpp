@@ -133,7 +133,9 @@ TEST(Results, TrainingStepOverEveryResultEqualsEagerLibTorch) {
     ASSERT_OK(koila_backward(loss.get()));
     koila_status_free(koila_set_memory_budget("cpu", 0));
     expect_close(grads_of(module), want, 1e-5, "gradient");
-    if (!split) EXPECT_EQ(seen(module), 1.0f) << "one run of the module for its three results";
+    if (!split) {
+      EXPECT_EQ(seen(module), 1.0f) << "one run of the module for its three results";
+    }
     const std::vector<at::Tensor> values = heads_by_hand(module, xs);
     expect_close({to_aten(results[0].get()), to_aten(results[2].get()), to_aten(results[3].get())}, values, 1e-5,
                  "result");
