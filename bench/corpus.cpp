@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       const Reference ref = read_reference(dir, e.name, module_mode);
       for (koila_mode mode : {KOILA_MODE_FORWARD, KOILA_MODE_TRAINING}) {
         const char* mode_name = mode == KOILA_MODE_TRAINING ? "training" : "forward";
-        const Graph g(dir, e.name, module_mode == "train", ref);
+        const Graph g(dir, e, module_mode == "train", ref);
         const RunResult full = run(g, mode, kUnlimited);  // its plan is the graph's first
         if (!full.ran.ok()) {
           std::printf("| %s | %s | %s | %lld | failed: %s |\n", e.name.c_str(), module_mode.c_str(), mode_name,

@@ -108,6 +108,11 @@ struct Entry {
   // Module modes the model is also saved in as an exported program (NAME.MODE.pt2, made by
   // a PyTorch 2.x; none with one that has no torch.export).
   std::vector<std::string> programs;
+  // Results of the model's forward (several: koila_module_forward_all, flattened), and its
+  // loss: the sum over them of each one's mean cross entropy against the targets
+  // ("cross_entropy_mean") or mean square ("squares_mean").
+  size_t results = 1;
+  std::string loss = "cross_entropy_mean";
 };
 
 inline std::vector<std::string> split(const std::string& s, char sep) {
@@ -145,6 +150,10 @@ inline std::vector<Entry> read_manifest(const std::string& dir) {
         e.params = std::stoll(value);
       } else if (key == "pt2") {
         e.programs = split(value, ',');
+      } else if (key == "results") {
+        e.results = std::stoul(value);
+      } else if (key == "loss") {
+        e.loss = value;
       }
     }
     entries.push_back(std::move(e));
@@ -228,13 +237,25 @@ inline std::vector<Tensor> parameters_of(koila_module* m) {
 // A model loaded through koila with the lazy graph built: logits = model(x), loss = mean
 // cross entropy of logits and y. x and y are lazy with batch dim 0. `exported`: the model's
 // torch.export program for that mode (NAME.MODE.pt2) instead of its TorchScript (NAME.pt).
+// An entry with only a name: a model with one result and the cross-entropy loss.
+inline Entry entry_named(const std::string& name) {
+  Entry e;
+  e.name = name;
+  return e;
+}
+
 struct Graph {
   Module module;
   std::vector<Tensor> params;
   std::vector<std::string> param_names;
   Tensor input, target, x, y, logits, loss;
+  std::vector<Tensor> others;  // the results after the first (logits), for models with several
 
-  Graph(const std::string& dir, const std::string& name, bool train, const Reference& ref, bool exported = false) {
+  Graph(const std::string& dir, const std::string& name, bool train, const Reference& ref, bool exported = false)
+      : Graph(dir, entry_named(name), train, ref, exported) {}
+
+  Graph(const std::string& dir, const Entry& e, bool train, const Reference& ref, bool exported = false) {
+    const std::string& name = e.name;
     koila_module* m = nullptr;
     const std::string file = exported ? name + (train ? ".train" : ".eval") + ".pt2" : name + ".pt";
     check(koila_module_load(&m, (dir + "/" + file).c_str(), "cpu"), "koila_module_load " + file);
@@ -252,10 +273,38 @@ struct Graph {
     y = lazy(target.get(), 0);
     koila_tensor* in[] = {x.get()};
     koila_tensor* out = nullptr;
-    check(koila_module_forward(&out, m, in, 1), "koila_module_forward " + name);
-    logits.reset(out);
-    check(koila_cross_entropy(&out, logits.get(), y.get(), KOILA_REDUCTION_MEAN), "koila_cross_entropy");
-    loss.reset(out);
+    if (e.results > 1) {
+      std::vector<koila_tensor*> all(e.results, nullptr);
+      size_t count = 0;
+      check(koila_module_forward_all(all.data(), all.size(), &count, m, in, 1), "koila_module_forward_all " + name);
+      if (count != e.results)
+        throw std::runtime_error(name + ": " + std::to_string(count) + " results, not " + std::to_string(e.results) +
+                                 " as the manifest says");
+      logits.reset(all[0]);
+      for (size_t k = 1; k < all.size(); ++k) others.emplace_back(all[k]);
+    } else {
+      check(koila_module_forward(&out, m, in, 1), "koila_module_forward " + name);
+      logits.reset(out);
+    }
+    // The loss: one term per result, summed.
+    std::vector<const koila_tensor*> results{logits.get()};
+    for (const Tensor& r : others) results.push_back(r.get());
+    for (const koila_tensor* r : results) {
+      if (e.loss == "squares_mean") {
+        check(koila_mul(&out, r, r), "koila_mul");
+        Tensor squares(out);
+        check(koila_mean(&out, squares.get(), nullptr, 0, 0), "koila_mean");
+      } else {
+        check(koila_cross_entropy(&out, r, y.get(), KOILA_REDUCTION_MEAN), "koila_cross_entropy");
+      }
+      Tensor term(out);
+      if (!loss) {
+        loss = std::move(term);
+        continue;
+      }
+      check(koila_add(&out, loss.get(), term.get()), "koila_add");
+      loss.reset(out);
+    }
   }
 
   // What a run in `mode` evaluates: the logits (forward) or the loss (training).

@@ -10,8 +10,11 @@ For every model NAME it writes
                        batch norm): a scripted module whose buffers, in this order, are
                          input        the batch (float32 images/sequences or int64 tokens)
                          target       int64 class indices
-                         logits       model(input) in that mode
-                         loss         mean cross entropy of logits and target (a scalar)
+                         logits       model(input) in that mode (its first result, for
+                                      models with several: results=N in the manifest)
+                         loss         mean cross entropy of logits and target (a scalar);
+                                      for models with several results, the sum over them
+                                      of the manifest's loss= term (loss_of)
                          grad__P      d loss / d P for each parameter P, in
                                       named_parameters() order ('.' written '__')
                        computed by PyTorch on the whole batch;
@@ -24,7 +27,7 @@ For every model NAME it writes
                        (see per_chunk_reference);
   NAME.MODE.pt2        with a PyTorch that has torch.export (2.x): the model exported in
                        that module mode with a dynamic batch dim (torch.export.save),
-                       checked to compute the same logits; its references are NAME.MODE's
+                       checked to compute the same results; its references are NAME.MODE's
                        (the manifest's pt2= lists the modes that exported);
 and last manifest.txt, one line per model (see MANIFEST_HEADER).
 
@@ -42,10 +45,12 @@ import os
 import sys
 import time
 import warnings
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten
 
 try:
     import torchvision
@@ -67,8 +72,8 @@ VOCAB, TOKENS = 200, 32
 
 MANIFEST_HEADER = (
     "# koila real-model corpus, written by tests/corpus/make_corpus.py (torch %s, torchvision %s)\n"
-    "# name input=BxCx.. dtype=float32|int64 classes=N loss=cross_entropy_mean batchnorm=0|1 "
-    "export=script|trace modes=train[,eval] params=N [pt2=MODE[,MODE]]\n"
+    "# name input=BxCx.. dtype=float32|int64 classes=N loss=cross_entropy_mean|squares_mean batchnorm=0|1 "
+    "export=script|trace modes=train[,eval] params=N [results=N] [pt2=MODE[,MODE]]\n"
 )
 
 
@@ -131,6 +136,32 @@ class EmbeddingClassifier(nn.Module):
         return self.fc2(torch.relu(self.fc1(h)))
 
 
+class MultiTask(nn.Module):
+    """A convolutional trunk with a dict of two classification heads (several results)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Conv2d(IMAGE_CHANNELS, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                   nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten())
+        self.label = nn.Linear(32 * 16, CLASSES)
+        self.aux = nn.Linear(32 * 16, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h = self.trunk(x)
+        return {"label": self.label(h), "aux": self.aux(h)}
+
+
+class LSTMFull(nn.Module):
+    """A 2-layer nn.LSTM's whole return, (output, (h, c)): h and c carry the batch in dim 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(FEATURES, 32, num_layers=2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        return self.rnn(x)
+
+
 def images(batch, size):
     return lambda: torch.randn(batch, IMAGE_CHANNELS, size, size)
 
@@ -185,7 +216,25 @@ MODELS = {
     "lstm": (LSTMClassifier, sequences(8)),
     "gru": (GRUClassifier, sequences(8)),
     "embedding": (EmbeddingClassifier, tokens(16)),
+    # Several results (koila_module_forward_all); the loss sums one term per result (LOSSES).
+    "multitask": (MultiTask, images(16, 32)),
+    "lstm_full": (LSTMFull, sequences(8)),
 }
+
+# The loss of a model from its results (flattened as torch.utils._pytree does): the sum over
+# them of each one's mean cross entropy against the targets (cross_entropy_mean, results
+# that are logits), or of each one's mean square (squares_mean).
+LOSSES = {"lstm_full": "squares_mean"}
+
+
+def loss_rule(name):
+    return LOSSES.get(name, "cross_entropy_mean")
+
+
+def loss_of(rule, results, y):
+    terms = [F.cross_entropy(r, y, reduction="mean") if rule == "cross_entropy_mean" else (r * r).mean()
+             for r in results]
+    return sum(terms[1:], terms[0])
 
 BATCH_NORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
@@ -218,10 +267,11 @@ def export_program(model, example, mode, path):
     except Exception as e:  # noqa: BLE001 - a model torch.export refuses is left out, saying why
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     with torch.no_grad():  # on copies: train mode moves batch-norm statistics
-        want, got = copy.deepcopy(m)(example), program(example)
-    if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+        want, got = tree_flatten(copy.deepcopy(m)(example))[0], tree_flatten(program(example))[0]
+    if len(got) != len(want) or not all(torch.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want)):
         os.remove(path)
-        return f"the exported program computes other logits (max diff {(got - want).abs().max().item():.3g})"
+        diff = max((g - w).abs().max().item() for g, w in zip(got, want)) if len(got) == len(want) else float("nan")
+        return f"the exported program computes other results (max diff {diff:.3g})"
     return None
 
 
@@ -251,13 +301,15 @@ def grad_name(param_name):
     return "grad__" + param_name.replace(".", "__")
 
 
-def run(module, x, y, train):
-    """Logits, loss and the parameters' gradients of one full-batch step in the given mode."""
+def run(module, x, y, train, rule="cross_entropy_mean"):
+    """Logits (the first result), loss and the parameters' gradients of one full-batch step
+    in the given mode."""
     module.train(train)
     for p in module.parameters():
         p.grad = None
-    logits = module(x)
-    loss = F.cross_entropy(logits, y, reduction="mean")
+    results = tree_flatten(module(x))[0]
+    logits = results[0]
+    loss = loss_of(rule, results, y)
     loss.backward()
     grads = [(n, p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in module.named_parameters()]
     for p in module.parameters():
@@ -265,10 +317,10 @@ def run(module, x, y, train):
     return logits.detach(), loss.detach(), grads
 
 
-def reference(path, x, y, train):
+def reference(path, x, y, train, rule):
     """The reference buffers: PyTorch's float32 results from the saved TorchScript model
     (loaded afresh for each mode, since train mode updates batch-norm statistics)."""
-    logits, loss, grads = run(torch.jit.load(path), x, y, train)
+    logits, loss, grads = run(torch.jit.load(path), x, y, train, rule)
     zero = [n for n, g in grads if not g.abs().max() > 0]
     assert not zero, f"{path}: no gradient reaches {', '.join(zero)}"
     return [("input", x), ("target", y), ("logits", logits), ("loss", loss)] + [(grad_name(n), g) for n, g in grads]
@@ -367,15 +419,16 @@ def make(name, out_dir):
     # Determinism check: with dropout off two runs agree exactly.
     with torch.no_grad():
         probe = copy.deepcopy(scripted)
-        a, b = probe(x), probe(x)
-        assert torch.equal(a, b), f"{name}: two runs differ (dropout left on?)"
+        a, b = tree_flatten(probe(x))[0], tree_flatten(probe(x))[0]
+        assert all(torch.equal(u, v) for u, v in zip(a, b)), f"{name}: two runs differ (dropout left on?)"
+        results = len(a)
     scripted.save(os.path.join(out_dir, name + ".pt"))
 
     modes = ["train"]
     if has_bn:
         modes.append("eval")
     for mode in modes:
-        save_reference(reference(os.path.join(out_dir, name + ".pt"), x, y, train=(mode == "train")),
+        save_reference(reference(os.path.join(out_dir, name + ".pt"), x, y, (mode == "train"), loss_rule(name)),
                        os.path.join(out_dir, f"{name}.{mode}.ref.pt"))
 
     if has_bn:  # batch norm per chunk (koila_set_batch_stats): 4 chunks
@@ -394,9 +447,9 @@ def make(name, out_dir):
     params = sum(p.numel() for p in scripted.parameters())
     shape = "x".join(str(d) for d in x.shape)
     dtype = "int64" if x.dtype == torch.int64 else "float32"
-    return (f"{name} input={shape} dtype={dtype} classes={CLASSES} loss=cross_entropy_mean "
+    return (f"{name} input={shape} dtype={dtype} classes={CLASSES} loss={loss_rule(name)} "
             f"batchnorm={int(has_bn)} export={how} modes={','.join(modes)} params={params}"
-            + (f" pt2={','.join(programs)}" if programs else ""))
+            + (f" results={results}" if results > 1 else "") + (f" pt2={','.join(programs)}" if programs else ""))
 
 
 def main():
