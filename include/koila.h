@@ -703,9 +703,10 @@ KOILA_API koila_status *koila_module_buffer_name(const koila_module *m, size_t i
    the count, so that a call with capacity 0 (out may then be NULL) asks for the count; that
    call runs nothing (the count comes from a run on meta tensors, or on the probe where
    that fails). A module that returns one tensor gives 1; a result of another type (an int,
-   a string) is KOILA_ERROR_UNSUPPORTED naming it. One call runs the module once for all
-   its results, whichever of them are read: a training step may take its loss from several
-   (koila_add of two heads' losses). A result that does not carry the batch when the
+   a string) is KOILA_ERROR_UNSUPPORTED naming it. An evaluation runs the module once for
+   all the results it needs: a training step may take its loss from several (koila_add of
+   two heads' losses) and koila_backward runs the module once per chunk. Reading results
+   one by one is one evaluation each, as reading any two lazy tensors is. A result that does not carry the batch when the
    inputs do (a sum over the batch) mixes samples, so the whole call does: it runs unsplit.
    The module's results must keep their structure from call to call (which are None);
    where a later run gives None for a result inferred as a tensor, that run fails with

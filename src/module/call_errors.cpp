@@ -87,9 +87,10 @@ void fail_result_changed(const Call& call, const Tensors& all) {
   std::string got;
   for (size_t i = 0; i < all.size(); ++i)
     got += (i ? ", " : "") + (all[i].defined() ? shape_string(all[i].sizes()) : std::string("None"));
+  const std::string inferred =
+      call.result >= 0 ? "with a tensor as result " + std::to_string(call.result) : "with another number of results";
   fail(KOILA_ERROR_UNSUPPORTED, "module " + call.name + " (inputs " + input_text(call) + ") returned (" + got +
-                                    ") where its call was inferred with a tensor as result " +
-                                    std::to_string(call.result) +
+                                    ") where its call was inferred " + inferred +
                                     ": koila needs a forward whose results keep their structure from call to call");
 }
 

@@ -32,7 +32,8 @@ void check_call(const LoadedModule& m, const Call& call, const std::vector<NodeP
 [[noreturn]] void fail_result(const Call& call, const c10::IValue& result);
 
 // The module's forward returned `all` (flattened), without a tensor as result number
-// `call.result`, which the call was inferred with (KOILA_ERROR_UNSUPPORTED).
+// `call.result`, which the call was inferred with, or (call.result < 0) another number of
+// results (KOILA_ERROR_UNSUPPORTED).
 [[noreturn]] void fail_result_changed(const Call& call, const Tensors& all);
 
 // The module cannot run on meta tensors (`meta_failure`), and a probe on fewer samples than

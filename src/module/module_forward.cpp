@@ -123,8 +123,8 @@ void check_results(const Call& call, const Results& r, const Tensors& all) {
   bool same = all.size() == r.tensors.size();
   for (size_t k = 0; same && k < all.size(); ++k) same = !r.tensors[k] || all[k].defined();
   if (same) return;
-  Call which = call;
-  for (size_t k = 0; k < r.tensors.size(); ++k)
+  Call which = call;  // names the first result that is missing
+  for (size_t k = 0; k < r.tensors.size() && which.result < 0; ++k)
     if (r.tensors[k] && (k >= all.size() || !all[k].defined())) which.result = static_cast<int64_t>(k);
   module_detail::fail_result_changed(which, all);
 }
