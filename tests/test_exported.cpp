@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -28,37 +29,52 @@ struct Case {
   size_t outputs = 1;            // results of its forward (several: koila_module_forward_all)
   std::string loss = "ce_each";  // make_programs.py's loss_of
   std::string path() const { return kFixtures + "/" + version + "/" + name + ".pt2"; }
-  std::string label() const {
-    std::string v = version;
-    for (char& c : v)
-      if (c == '.') c = '_';
-    return name + "_torch" + v;
-  }
+  std::string label() const { return name + " (PyTorch " + version + ")"; }
 };
 
 // For gtest's names of a failed case.
 void PrintTo(const Case& c, std::ostream* os) { *os << c.label(); }
 
-std::vector<Case> cases() {
+// The PyTorch versions whose fixtures every test runs on, in one process per test and
+// program (a process per version too cost more in starting LibTorch than the tests took).
+const char* const kVersions[] = {"2.11.0", "2.13.0", "2.14.1"};
+
+// The programs of one version's MANIFEST.
+std::vector<Case> programs_of(const std::string& version) {
   std::vector<Case> out;
-  for (const std::string version : {"2.11.0", "2.13.0", "2.14.1"}) {
-    std::ifstream manifest(kFixtures + "/" + version + "/MANIFEST");
-    std::string line;
-    while (std::getline(manifest, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream words(line);
-      Case c;
-      c.version = version;
-      words >> c.name;
-      std::string word;
-      while (words >> word) {
-        if (word.rfind("mode=", 0) == 0) c.mode = word.substr(5);
-        if (word.rfind("batch=", 0) == 0) c.batch = word.substr(6);
-        if (word.rfind("outputs=", 0) == 0) c.outputs = std::stoul(word.substr(8));
-        if (word.rfind("loss=", 0) == 0) c.loss = word.substr(5);
-      }
-      out.push_back(c);
+  std::ifstream manifest(kFixtures + "/" + version + "/MANIFEST");
+  std::string line;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    Case c;
+    c.version = version;
+    words >> c.name;
+    std::string word;
+    while (words >> word) {
+      if (word.rfind("mode=", 0) == 0) c.mode = word.substr(5);
+      if (word.rfind("batch=", 0) == 0) c.batch = word.substr(6);
+      if (word.rfind("outputs=", 0) == 0) c.outputs = std::stoul(word.substr(8));
+      if (word.rfind("loss=", 0) == 0) c.loss = word.substr(5);
     }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<Case> cases() { return programs_of(kVersions[std::size(kVersions) - 1]); }
+
+// The program `c` as each version wrote it (each version's fixtures hold every program).
+std::vector<Case> in_every_version(const Case& c) {
+  std::vector<Case> out;
+  for (const char* version : kVersions) {
+    bool found = false;
+    for (const Case& p : programs_of(version))
+      if (p.name == c.name) {
+        out.push_back(p);
+        found = true;
+      }
+    if (!found) ADD_FAILURE() << "no " << c.name << " in the fixtures of PyTorch " << version;
   }
   return out;
 }
@@ -195,8 +211,7 @@ void expect_training_step(const Case& c, bool split) {
   }
 }
 
-TEST_P(Exported, LoadsWithItsKindNamesAndMode) {
-  const Case& c = GetParam();
+void LoadsWithItsKindNamesAndMode(const Case& c) {
   if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
   ModuleHandle m = load(c.path());
   ASSERT_TRUE(m);
@@ -218,14 +233,12 @@ TEST_P(Exported, LoadsWithItsKindNamesAndMode) {
   EXPECT_EQ(got_buffers, want_buffers);
 }
 
-TEST_P(Exported, TrainingStepEqualsPyTorch) {
-  const Case& c = GetParam();
+void TrainingStepEqualsPyTorch(const Case& c) {
   if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
   expect_training_step(c, /*split=*/false);
 }
 
-TEST_P(Exported, SplitTrainingStepEqualsPyTorch) {
-  const Case& c = GetParam();
+void SplitTrainingStepEqualsPyTorch(const Case& c) {
   if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
   if (c.name == "convbn_train") GTEST_SKIP() << "batch norm in training couples the batch (see test_batch_stats)";
   if (c.batch == "fixed") {
@@ -247,8 +260,7 @@ TEST_P(Exported, SplitTrainingStepEqualsPyTorch) {
   expect_training_step(c, /*split=*/true);
 }
 
-TEST_P(Exported, KeepsTheModeItWasExportedIn) {
-  const Case& c = GetParam();
+void KeepsTheModeItWasExportedIn(const Case& c) {
   if (!runs_here(c) || c.name.rfind("convbn", 0) != 0) GTEST_SKIP() << "for the programs with batch norm";
   ModuleHandle m = load(c.path());
   const bool training = c.mode == "train";
@@ -262,8 +274,7 @@ TEST_P(Exported, KeepsTheModeItWasExportedIn) {
   EXPECT_EQ(now, training ? 1 : 0);
 }
 
-TEST_P(Exported, SavesWhatPyTorchLoadsAndKoilaReadsBack) {
-  const Case& c = GetParam();
+void SavesWhatPyTorchLoadsAndKoilaReadsBack(const Case& c) {
   if (!runs_here(c)) GTEST_SKIP() << "needs LibTorch 2.x";
   ModuleHandle m = load(c.path());
   // Change every parameter, so that the saved payloads differ from the archive's.
@@ -307,8 +318,126 @@ TEST_P(Exported, SavesWhatPyTorchLoadsAndKoilaReadsBack) {
   rmdir(dir);
 }
 
+TEST_P(Exported, LoadsWithItsKindNamesAndMode) {
+  for (const Case& c : in_every_version(GetParam())) {
+    SCOPED_TRACE(c.label());
+    LoadsWithItsKindNamesAndMode(c);
+  }
+}
+
+TEST_P(Exported, TrainingStepEqualsPyTorch) {
+  for (const Case& c : in_every_version(GetParam())) {
+    SCOPED_TRACE(c.label());
+    TrainingStepEqualsPyTorch(c);
+  }
+}
+
+TEST_P(Exported, SplitTrainingStepEqualsPyTorch) {
+  for (const Case& c : in_every_version(GetParam())) {
+    SCOPED_TRACE(c.label());
+    SplitTrainingStepEqualsPyTorch(c);
+  }
+}
+
+TEST_P(Exported, KeepsTheModeItWasExportedIn) {
+  for (const Case& c : in_every_version(GetParam())) {
+    SCOPED_TRACE(c.label());
+    KeepsTheModeItWasExportedIn(c);
+  }
+}
+
+TEST_P(Exported, SavesWhatPyTorchLoadsAndKoilaReadsBack) {
+  for (const Case& c : in_every_version(GetParam())) {
+    SCOPED_TRACE(c.label());
+    SavesWhatPyTorchLoadsAndKoilaReadsBack(c);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Programs, Exported, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.label(); });
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---- An exported call in the rest of koila --------------------------------------------
+
+void note_progress(void* user, const char* what, int64_t done, int64_t total) {
+  static_cast<std::vector<std::string>*>(user)->push_back(std::string(what) + " " + std::to_string(done) + "/" +
+                                                          std::to_string(total));
+}
+
+// What koila tells of a run, and a process group's backward, hold for an exported program's
+// call as for any module's: the split plan's timeline (its parts add up to the plan's
+// peak), progress for each chunk, and a group of one rank (Gloo) whose chunked backward
+// gives PyTorch's gradients.
+TEST(ExportedRuns, TimelineProgressAndAProcessGroup) {
+  const Case c{"2.14.1", "mlp", "train", "dynamic"};
+  const auto ref = reference(c);
+  ModuleHandle m = load(c.path());
+  ASSERT_TRUE(m);
+  const Handle x = from_aten(ref_at(ref, "input"), 0), y = from_aten(ref_at(ref, "target"), 0);
+  Handle logits = forward(m.get(), {x.get()});
+  Handle loss = CALL(koila_cross_entropy, logits.get(), y.get(), KOILA_REDUCTION_MEAN);
+  BudgetGuard budget;
+  const uint64_t b = koila_corpus::budget_for_chunks(loss.get(), KOILA_MODE_TRAINING, 2, /*resolution=*/256);
+  ASSERT_GT(b, 0u) << "no budget splits the run";
+  ASSERT_OK(koila_set_memory_budget("cpu", b));
+
+  koila_plan* plan = nullptr;
+  ASSERT_OK(koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING));
+  const int64_t chunks = koila_plan_num_chunks(plan);
+  EXPECT_GE(chunks, 2);
+  koila_timeline* timeline = nullptr;
+  ASSERT_OK(koila_plan_timeline(&timeline, plan, /*unsplit=*/0));
+  size_t events = 0;
+  ASSERT_OK(koila_timeline_length(timeline, &events));
+  EXPECT_GT(events, 10u) << "the timeline of a forward and backward through the program's ops";
+  uint64_t sum = 0;
+  for (koila_memory_part part : {KOILA_PART_IN_USE, KOILA_PART_ACTIVATIONS, KOILA_PART_GRADIENTS,
+                                 KOILA_PART_TEMPORARIES, KOILA_PART_BEYOND_SIMULATION}) {
+    uint64_t bytes = 0;
+    ASSERT_OK(koila_timeline_part(timeline, part, &bytes));
+    sum += bytes;
+  }
+  EXPECT_EQ(sum, koila_plan_peak_bytes(plan));
+  koila_timeline_free(timeline);
+  koila_plan_free(plan);
+
+  std::vector<std::string> seen;
+  ASSERT_OK(koila_set_progress(note_progress, &seen));
+  char dir[] = "/tmp/koila_exported_group_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string init = std::string("file://") + dir + "/store";
+  koila_group* group = nullptr;
+  const auto [code, message] = outcome(koila_group_new(&group, "gloo", init.c_str(), 0, 1, 5000));
+  std::vector<Handle> params;
+  std::vector<koila_tensor*> raw;
+  for (auto& [name, p] : named(m.get(), false)) {
+    raw.push_back(p.get());
+    params.push_back(std::move(p));
+  }
+  std::pair<koila_code, std::string> ran;
+  if (code == KOILA_OK) {
+    ran = outcome(koila_group_backward(group, loss.get(), raw.data(), raw.size()));
+    koila_group_free(group);
+  } else {
+    EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;  // a LibTorch without Gloo
+    ran = outcome(koila_backward(loss.get()));
+  }
+  koila_status_free(koila_set_progress(nullptr, nullptr));
+  std::system((std::string("rm -rf ") + dir).c_str());
+  ASSERT_EQ(ran.first, KOILA_OK) << ran.second;
+  std::vector<std::string> want;
+  for (int64_t k = 1; k <= chunks; ++k) want.push_back("backward " + std::to_string(k) + "/" + std::to_string(chunks));
+  std::vector<std::string> backward;
+  for (const std::string& e : seen)
+    if (e.rfind("backward", 0) == 0) backward.push_back(e);
+  EXPECT_EQ(backward, want);
+  for (const auto& [name, p] : named(m.get(), false)) {
+    koila_tensor* g = nullptr;
+    ASSERT_OK(koila_tensor_grad(&g, p.get()));
+    Handle grad(g);
+    ASSERT_TRUE(grad) << name;
+    expect_close(to_aten(grad.get()), ref_at(ref, "grad__" + underscored(name)), 1e-4, "grad of " + name);
+  }
+}
 
 // ---- What koila refuses, and how ------------------------------------------------------
 
