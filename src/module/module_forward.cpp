@@ -109,8 +109,7 @@ NodePtr build_call(OpSpec spec, const Call& call, const std::vector<NodePtr>& in
 
 // What a call with several results found, shared by its node and its result nodes.
 struct Results {
-  std::vector<bool> tensors;                 // which results are tensors (the others None)
-  std::vector<std::shared_ptr<Call>> calls;  // per tensor result: the call giving it
+  std::vector<bool> tensors;  // which results are tensors (the others None)
   std::vector<Inference> inferences;
   std::vector<Meta> metas;
   size_t first = 0;   // the first tensor result: the call node's own value
@@ -172,16 +171,15 @@ std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodeP
       fail(KOILA_ERROR_UNSUPPORTED, "module " + call->name + " returns no tensor, only None");
     r->first = static_cast<size_t>(first - r->tensors.begin());
     const size_t n = r->tensors.size();
-    r->calls.assign(n, nullptr);
     r->inferences.assign(n, Inference{});
     r->metas.assign(n, Meta{});
     r->batch = BatchResult{};
     for (size_t k = 0; k < n; ++k) {
       if (!r->tensors[k]) continue;
-      r->calls[k] = std::make_shared<Call>(*call);
-      r->calls[k]->result = static_cast<int64_t>(k);
+      Call one = *call;  // the call giving result k
+      one.result = static_cast<int64_t>(k);
       const std::string key = structure.empty() ? structure : structure + "|result" + std::to_string(k);
-      r->metas[k] = memo->infer(key, *r->calls[k], r->inferences[k], in, self);
+      r->metas[k] = memo->infer(key, one, r->inferences[k], in, self);
       const BatchResult& b = r->inferences[k].batch;
       const std::string which = n > 1 ? "(its result " + std::to_string(k) + ") " : std::string();
       if (r->batch.couples.empty() && !b.couples.empty()) r->batch.couples = which + b.couples;
