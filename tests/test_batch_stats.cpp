@@ -10,13 +10,12 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include "helpers.h"
 #include "module/module.h"
 #include "plan/memo.h"
 #include "plan/planner.h"
 #include "scripted_models.h"
+#include "temp_dir.h"
 
 using namespace koila_test;
 
@@ -290,13 +289,12 @@ torch::jit::Module one_batch_norm(const std::string& name) {
 TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
   at::manual_seed(12);
   torch::jit::Module bn = one_batch_norm("BatchNormRouted");
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("koila_bn_route_" + std::to_string(::getpid()) + ".pt")).string();
+  const koila_tests::TempDir dir("koila_bn_route_");
+  const std::string path = dir / "bn.pt";
   bn.save(path);
   koila_module* raw = nullptr;
   ASSERT_OK(koila_module_load(&raw, path.c_str(), "cpu"));
   std::unique_ptr<koila_module, decltype(&koila_module_free)> loaded(raw, koila_module_free);
-  std::filesystem::remove(path);
   size_t aten = 0, koila = 0;
   for (torch::jit::Function* fn : loaded->module._ivalue()->compilation_unit()->get_functions()) {
     if (!fn->isGraphFunction()) continue;

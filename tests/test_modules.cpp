@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include "api/handles.h"
@@ -21,9 +20,9 @@
 #include "module_helpers.h"
 #include "plan/planner.h"
 #include "scripted_models.h"
+#include "temp_dir.h"
 
 using namespace koila_test;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -76,12 +75,6 @@ at::Tensor eager_cnn(const torch::jit::Module& m, const at::Tensor& x) {
   h = at::relu(at::conv2d(h, p("conv2_weight"), p("conv2_bias"), 1, 1));
   h = at::max_pool2d(h, {2, 2});
   return at::linear(h.flatten(1), p("fc_weight"), p("fc_bias"));
-}
-
-fs::path temp_dir() {
-  fs::path dir = fs::temp_directory_path() / ("koila_modules_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
 }
 
 }  // namespace
@@ -404,10 +397,10 @@ TEST(Modules, ConcreteInputsComputeAtOnceWithGradients) {
 }
 
 TEST(Modules, SaveAndLoadRoundTrip) {
-  const fs::path dir = temp_dir();
+  const koila_tests::TempDir dir("koila_modules_");
   torch::jit::Module cnn = scripted::cnn(7);
   ModuleHandle m = wrap(cnn);
-  const std::string path = (dir / "cnn.pt").string();
+  const std::string path = dir / "cnn.pt";
   ASSERT_OK(koila_module_save(m.get(), path.c_str()));
   koila_module* loaded_raw = nullptr;
   ASSERT_OK(koila_module_load(&loaded_raw, path.c_str(), "cpu"));
@@ -439,14 +432,13 @@ TEST(Modules, SaveAndLoadRoundTrip) {
   auto [code, message] = outcome(koila_module_load(&loaded_raw, path.c_str(), "cuda:99"));
   EXPECT_EQ(code, KOILA_ERROR_DEVICE) << message;
   EXPECT_EQ(loaded_raw, nullptr);
-  fs::remove_all(dir);
 }
 
 TEST(Modules, BadFilesFailCleanly) {
-  const fs::path dir = temp_dir();
+  const koila_tests::TempDir dir("koila_modules_");
   torch::jit::Module cnn = scripted::cnn(8);
   ModuleHandle m = wrap(cnn);
-  const std::string good = (dir / "good.pt").string();
+  const std::string good = dir / "good.pt";
   ASSERT_OK(koila_module_save(m.get(), good.c_str()));
   std::string bytes;
   {
@@ -454,13 +446,13 @@ TEST(Modules, BadFilesFailCleanly) {
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
   auto write = [&](const char* name, const std::string& content) {
-    const std::string path = (dir / name).string();
+    const std::string path = dir / name;
     std::ofstream(path, std::ios::binary) << content;
     return path;
   };
   const std::string paths[] = {
-      (dir / "missing.pt").string(),
-      dir.string(),
+      dir / "missing.pt",
+      dir.path(),
       write("empty.pt", ""),
       write("text.pt", "this is not a TorchScript archive\n"),
       write("truncated.pt", bytes.substr(0, bytes.size() / 2)),
@@ -473,10 +465,9 @@ TEST(Modules, BadFilesFailCleanly) {
     EXPECT_NE(message.find(path), std::string::npos) << message;
     EXPECT_EQ(out, nullptr);
   }
-  auto [code, message] = outcome(koila_module_save(m.get(), (dir / "no" / "such" / "dir.pt").string().c_str()));
+  auto [code, message] = outcome(koila_module_save(m.get(), (dir / "no/such/dir.pt").c_str()));
   EXPECT_EQ(code, KOILA_ERROR_IO) << message;
   EXPECT_NE(message.find("no/such/dir.pt"), std::string::npos) << message;
-  fs::remove_all(dir);
 }
 
 TEST(Modules, BadCallsFailWhenBuilt) {
