@@ -62,34 +62,37 @@ enum class NodeKind {
 };
 
 struct Node {
+  // The fields every evaluation and plan reads of every node come first, so that a pass
+  // over a graph touches as few cache lines of each node as it can (LibTorch's own work
+  // between two passes evicts them); what only some ops use follows.
   NodeKind kind = NodeKind::Op;
-  std::string op;  // "koila_add"; for leaves "constant" / "input"
-  RunFn run;       // Op nodes: how to compute the value from the inputs
-  // Ops with several results: how an evaluation computes them all, once (`run` is then
-  // used only when the node is computed at once). The node's own value is its first
-  // defined result; result nodes (`result` below) take the others.
-  RunAllFn run_all;
+  BatchReduction reduction = BatchReduction::None;
+  bool mutates_state = false;  // see OpSpec::mutates_state
   // A result node: its one input is a node with `run_all`, and its value is that node's
   // result number `result`, which the evaluation keeps for it. -1: not a result node.
   int64_t result = -1;
   std::vector<NodePtr> inputs;
   Meta meta;
-  std::string couples;        // non-empty when this op mixes samples across the batch
-  std::string stats_couples;  // see BatchResult::stats_couples
-  Tensors stats_counters;     // see OpSpec::stats_counters
-  Tensors stats_buffers;      // see OpSpec::stats_buffers
-  BatchReduction reduction = BatchReduction::None;
-  CountFn mean_count;              // set when reduction is Mean
-  at::Tensor value;                // Constant and Input nodes: the tensor (shared, not copied)
-  size_t shown_inputs = SIZE_MAX;  // error messages describe only the first inputs (a module
-                                   // call's parameters are inputs too, but not the caller's)
-  std::string signature;           // see OpSpec::signature
-  bool mutates_state = false;      // see OpSpec::mutates_state
+  at::Tensor value;  // Constant and Input nodes: the tensor (shared, not copied)
   // What building fixed of this node's own structure (kind, op, signature, coupling,
   // reduction, shape, dtype, device, batch dim, number of inputs), hashed once when it is
   // built; a plan combines the keys of a graph's nodes with which node feeds which
   // (plan/memo.h) to find what it knows of graphs built the same way.
   StructureKey key;
+  RunFn run;  // Op nodes: how to compute the value from the inputs
+  // Ops with several results: how an evaluation computes them all, once (`run` is then
+  // used only when the node is computed at once). The node's own value is its first
+  // defined result; result nodes (`result` above) take the others.
+  RunAllFn run_all;
+  std::string couples;             // non-empty when this op mixes samples across the batch
+  std::string stats_couples;       // see BatchResult::stats_couples
+  std::string op;                  // "koila_add"; for leaves "constant" / "input"
+  Tensors stats_counters;          // see OpSpec::stats_counters
+  Tensors stats_buffers;           // see OpSpec::stats_buffers
+  CountFn mean_count;              // set when reduction is Mean
+  size_t shown_inputs = SIZE_MAX;  // error messages describe only the first inputs (a module
+                                   // call's parameters are inputs too, but not the caller's)
+  std::string signature;           // see OpSpec::signature
 
   bool lazy() const { return kind != NodeKind::Constant; }
 };

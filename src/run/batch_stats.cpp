@@ -22,34 +22,46 @@ struct Call {
   Tensors invstds;             // per chunk: [C], the kernel's saved 1 / sqrt(biased variance + eps)
 };
 
-// Copies of `tensors`, one at::cat per device and dtype instead of one clone each: a pass
+// Copies of tensors, one at::cat per device and dtype instead of one clone each: a pass
 // of resnet18 in training saves 60 (each batch norm's running mean, variance and counter),
-// which on a GPU were 60 kernel launches a step. Each copy is a view of its group's buffer,
-// shaped as its tensor.
-Tensors snapshot(const Tensors& tensors) {
-  Tensors copies(tensors.size());
-  std::vector<bool> done(tensors.size(), false);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (done[i]) continue;
-    std::vector<size_t> group;
-    Tensors flat;
-    for (size_t j = i; j < tensors.size(); ++j)
-      if (!done[j] && tensors[j].device() == tensors[i].device() &&
-          tensors[j].scalar_type() == tensors[i].scalar_type()) {
-        group.push_back(j);
-        flat.push_back(tensors[j].reshape({-1}));
-        done[j] = true;
-      }
-    const at::Tensor buffer = at::cat(flat);
-    int64_t offset = 0;
-    for (size_t j : group) {
-      const int64_t n = tensors[j].numel();
-      copies[j] = buffer.narrow(0, offset, n).view(tensors[j].sizes());
-      offset += n;
+// which on a GPU were 60 kernel launches a step. A copy is shown as its tensor (a view of
+// its group's buffer) only when it is read, which a pass that succeeds without splitting,
+// the usual one, never does: those views were two or three ATen calls a tensor, each pass.
+class Snapshot {
+ public:
+  Snapshot() = default;
+  explicit Snapshot(const Tensors& tensors) : places_(tensors.size()) {
+    std::vector<bool> done(tensors.size(), false);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (done[i]) continue;
+      Tensors flat;
+      int64_t offset = 0;
+      for (size_t j = i; j < tensors.size(); ++j)
+        if (!done[j] && tensors[j].device() == tensors[i].device() &&
+            tensors[j].scalar_type() == tensors[i].scalar_type()) {
+          flat.push_back(tensors[j].dim() == 1 ? tensors[j] : tensors[j].reshape({-1}));
+          places_[j] = Place{buffers_.size(), offset, tensors[j].numel()};
+          offset += tensors[j].numel();
+          done[j] = true;
+        }
+      buffers_.push_back(at::cat(flat));
     }
   }
-  return copies;
-}
+  size_t size() const { return places_.size(); }
+  // The copy of tensor `i`, shaped `sizes` (the tensor's).
+  at::Tensor copy(size_t i, at::IntArrayRef sizes) const {
+    const Place& p = places_.at(i);
+    return buffers_[p.buffer].narrow(0, p.offset, p.numel).view(sizes);
+  }
+
+ private:
+  struct Place {
+    size_t buffer = 0;
+    int64_t offset = 0, numel = 0;
+  };
+  Tensors buffers_;
+  std::vector<Place> places_;
+};
 
 }  // namespace
 
@@ -60,8 +72,17 @@ struct ChunkStats::State {
   std::vector<Call> calls;  // in the order the first chunk made them
   size_t next = 0;          // the call expected next in this chunk
   int64_t chunk = 0;
-  Tensors counters, counters_before, counters_after_first;
-  std::vector<std::pair<at::Tensor, at::Tensor>> saved;  // running statistics and their values before the pass
+  Tensors counters;
+  // The counters (first) and the running statistics the graph names, as they were before
+  // the pass; the counters after the first chunk (statistics per chunk only).
+  Snapshot before, counters_after_first;
+  // A running statistic and its value before the pass: `copy`, or entry `in_before` of
+  // `before` (those the graph names, saved up front).
+  struct Saved {
+    at::Tensor tensor, copy;
+    size_t in_before = SIZE_MAX;
+  };
+  std::vector<Saved> saved;
   std::exception_ptr error;
   bool expects_calls = false;  // the graph names running statistics a batch norm updates
   Tensors updated;             // prepare(): the new values of `saved`, in their dtype
@@ -69,19 +90,25 @@ struct ChunkStats::State {
   bool committed = false;
 
   void save(const at::Tensor& t) {
-    for (const auto& [tensor, value] : saved)
-      if (tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return;
-    saved.emplace_back(t, t.clone());
+    for (const Saved& e : saved)
+      if (e.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return;
+    saved.push_back(Saved{t, t.clone()});
+  }
+
+  // The value saved[i] had before the pass.
+  at::Tensor value_before(size_t i) const {
+    const Saved& e = saved[i];
+    return e.copy.defined() ? e.copy : before.copy(e.in_before, e.tensor.sizes());
   }
 
   void restore_counters() {
     c10::NoGradGuard no_grad;
-    for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(counters_before[i]);
+    for (size_t i = 0; i < counters.size(); ++i) counters[i].copy_(before.copy(i, counters[i].sizes()));
   }
 
   void restore() {
     c10::NoGradGuard no_grad;
-    for (auto& [tensor, value] : saved) tensor.copy_(value);
+    for (size_t i = 0; i < saved.size(); ++i) saved[i].tensor.copy_(value_before(i));
     restore_counters();
   }
 
@@ -196,9 +223,8 @@ ChunkStats::ChunkStats(Handling handling, const std::vector<const Node*>& nodes)
   Tensors all = s.counters;
   all.insert(all.end(), buffers.begin(), buffers.end());
   if (!all.empty()) {
-    const Tensors copies = snapshot(all);
-    s.counters_before.assign(copies.begin(), copies.begin() + static_cast<std::ptrdiff_t>(s.counters.size()));
-    for (size_t i = 0; i < buffers.size(); ++i) s.saved.emplace_back(buffers[i], copies[s.counters.size() + i]);
+    s.before = Snapshot(all);
+    for (size_t i = 0; i < buffers.size(); ++i) s.saved.push_back(State::Saved{buffers[i], {}, s.counters.size() + i});
   }
   if (!s.per_chunk) {
     s.on = true;
@@ -243,9 +269,9 @@ void ChunkStats::end_chunk() {
     fail(KOILA_ERROR_INTERNAL,
          "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
          "observed (a module whose batch norm calls were not routed through koila)");
-  if (s.chunk == 1 && !s.counters.empty()) {
+  if (s.per_chunk && s.chunk == 1 && !s.counters.empty()) {  // (read only by commit() of such a pass)
     c10::NoGradGuard no_grad;
-    s.counters_after_first = snapshot(s.counters);
+    s.counters_after_first = Snapshot(s.counters);
   }
 }
 
@@ -260,10 +286,10 @@ void ChunkStats::prepare() {
   // The running statistics as they were before the pass, then each call's update in order
   // (a layer called twice updates twice), in double as LibTorch's kernels accumulate.
   s.updated.clear();
-  for (const auto& [tensor, value] : s.saved) s.updated.push_back(value.to(at::kDouble));
+  for (size_t i = 0; i < s.saved.size(); ++i) s.updated.push_back(s.value_before(i).to(at::kDouble));
   auto current = [&](const at::Tensor& t) -> at::Tensor& {
     for (size_t i = 0; i < s.saved.size(); ++i)
-      if (s.saved[i].first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return s.updated[i];
+      if (s.saved[i].tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return s.updated[i];
     fail(KOILA_ERROR_INTERNAL, "a running statistic that was not saved");
   };
   for (const Call& c : s.calls) {
@@ -283,7 +309,7 @@ void ChunkStats::prepare() {
     current(c.running_mean).mul_(1 - c.factor).add_(mean, c.factor);
     current(c.running_var).mul_(1 - c.factor).add_(m2 / (total - 1), c.factor);  // unbiased
   }
-  for (size_t i = 0; i < s.updated.size(); ++i) s.updated[i] = s.updated[i].to(s.saved[i].first.scalar_type());
+  for (size_t i = 0; i < s.updated.size(); ++i) s.updated[i] = s.updated[i].to(s.saved[i].tensor.scalar_type());
   s.prepared = true;
 }
 
@@ -295,9 +321,9 @@ void ChunkStats::commit() noexcept {
     return;
   }
   c10::NoGradGuard no_grad;
-  for (size_t i = 0; i < s.saved.size(); ++i) s.saved[i].first.copy_(s.updated[i]);
+  for (size_t i = 0; i < s.saved.size(); ++i) s.saved[i].tensor.copy_(s.updated[i]);
   for (size_t i = 0; i < s.counters.size() && i < s.counters_after_first.size(); ++i)
-    s.counters[i].copy_(s.counters_after_first[i]);
+    s.counters[i].copy_(s.counters_after_first.copy(i, s.counters[i].sizes()));
   s.committed = true;
 }
 
