@@ -261,6 +261,17 @@ KOILA_API uint64_t koila_plan_peak_bytes(const koila_plan *p);
 /* Estimated peak bytes if the batch ran unsplit. */
 KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan *p);
 KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
+/* The budget the planned run needs: the bytes in use (and reserved by runs on other
+   threads) when it was planned, plus its estimate with koila's margin, a tenth of the
+   estimate, on top. The margin is for what an estimate cannot see: the allocator rounding
+   sizes up, a kernel choosing another algorithm (and workspace) when it runs. A run fits
+   when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes,
+   without the margin) is below the budget may still not fit. koila_plan_describe and every
+   refusal state the margin and the need. */
+KOILA_API uint64_t koila_plan_needed_bytes(const koila_plan *p);
+/* The same if the batch ran unsplit. Under KOILA_CHUNK_LARGEST the batch is split (or the
+   run refused, where it cannot be split) exactly when this exceeds the budget. */
+KOILA_API uint64_t koila_plan_full_needed_bytes(const koila_plan *p);
 /* A human-readable account: batch, chunk, chunks, estimated peak, budget, and why (e.g.
    which op prevents splitting). Text conventions as koila_tensor_to_string. */
 KOILA_API koila_status *koila_plan_describe(const koila_plan *p, char *buf, size_t capacity, size_t *needed);

@@ -59,6 +59,8 @@ KOILA_API int64_t koila_plan_num_chunks(const koila_plan* p) { return p ? p->pla
 KOILA_API uint64_t koila_plan_peak_bytes(const koila_plan* p) { return p ? p->plan.peak() : 0; }
 KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan* p) { return p ? p->plan.full_peak() : 0; }
 KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan* p) { return p ? p->plan.budget_bytes : 0; }
+KOILA_API uint64_t koila_plan_needed_bytes(const koila_plan* p) { return p ? p->plan.needed() : 0; }
+KOILA_API uint64_t koila_plan_full_needed_bytes(const koila_plan* p) { return p ? p->plan.full_needed() : 0; }
 
 KOILA_API koila_status* koila_plan_describe(const koila_plan* p, char* buf, size_t capacity, size_t* needed) {
   return guard(__func__, [&] { write_text(arg::handle(p, "p").plan.describe(), buf, capacity, needed); });

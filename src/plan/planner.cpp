@@ -57,11 +57,7 @@ void check_not_in_progress_callback() {
          "(it runs inside the chunked run that called it)");
 }
 
-bool fits(const Plan& p, uint64_t extra) {
-  const double total = static_cast<double>(p.in_use_bytes) + static_cast<double>(p.reserved_by_others_bytes) +
-                       static_cast<double>(extra) * (1.0 + kMargin);
-  return total <= static_cast<double>(p.budget_bytes);
-}
+bool fits(const Plan& p, uint64_t extra) { return p.needed(extra) <= p.budget_bytes; }
 
 int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
 
@@ -261,6 +257,12 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
 
 }  // namespace
 
+uint64_t Plan::needed(uint64_t extra) const {
+  const double total = static_cast<double>(in_use_bytes) + static_cast<double>(reserved_by_others_bytes) +
+                       static_cast<double>(extra) * (1.0 + kMargin);
+  return total >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(total);
+}
+
 std::string Plan::describe() const {
   std::ostringstream os;
   os << (mode == RunMode::Training ? "backward from " : "evaluation of ") << target << " on " << device.str();
@@ -283,6 +285,14 @@ std::string Plan::describe() const {
   os << " + " << human_bytes(extra_bytes) << ")";
   if (split) os << ", unsplit " << human_bytes(full_peak());
   os << "; budget " << human_bytes(budget_bytes) << ".";
+  if (root && root->lazy()) {  // (a concrete value's plan estimates nothing)
+    os << " With koila's margin of " << static_cast<int>(kMargin * 100 + 0.5)
+       << "% on the estimate of the run (for what an estimate cannot see: the allocator rounding sizes up, a "
+          "kernel choosing another algorithm), this run needs a budget of "
+       << human_bytes(needed());
+    if (split) os << " (unsplit, " << human_bytes(full_needed()) << ")";
+    os << ".";
+  }
   if (!source.empty()) os << " Source: " << source << ".";
   const bool fits_unsplit = fits(*this, unsplit_extra_bytes);
   if (!fits_unsplit && batch >= 0 && !coupled.empty()) {

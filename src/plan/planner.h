@@ -45,6 +45,12 @@ struct Plan {
   NodePtr root;                      // what is evaluated or differentiated (plan/timeline.h simulates it again)
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
+  // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes in
+  // use and reserved, plus the estimate with koila's margin (kMargin, plan/estimate.h) on
+  // top. A run fits when its need is at most the budget.
+  uint64_t needed(uint64_t extra) const;
+  uint64_t needed() const { return needed(extra_bytes); }
+  uint64_t full_needed() const { return needed(unsplit_extra_bytes); }
   std::string describe() const;
 };
 

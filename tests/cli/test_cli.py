@@ -86,6 +86,13 @@ def case_plan_json(a):
     check(r["batch"] == 256 and r["chunk"] == 128 and r["chunks"] == 2, "plan: %s" % r["description"])
     check(r["budget_bytes"] == 24 << 20 and r["plan_budget_bytes"] == 24 << 20, "plan: the budget is not 24 MiB")
     check(r["peak_bytes"] <= r["budget_bytes"] and r["unsplit_peak_bytes"] > r["budget_bytes"], "plan: peaks vs budget")
+    # The margin, said out loud and consistent with the verdict: the plan runs because its
+    # need (estimate plus margin) fits, is split because the unsplit need does not, and the
+    # description gives both.
+    check(r["peak_bytes"] < r["needed_bytes"] <= r["budget_bytes"] < r["unsplit_needed_bytes"],
+          "plan: needs vs budget: %s" % r["description"])
+    check("koila's margin of 10%" in r["description"] and "needs a budget of" in r["description"],
+          "the description does not state the margin: %s" % r["description"])
     check_parts(r, "chunked plan")
     check_timeline(r["timeline"], r["peak_bytes"], "chunked timeline")
     check_timeline(r["unsplit_timeline"], r["unsplit_peak_bytes"], "unsplit timeline")
@@ -130,6 +137,12 @@ def case_fit(a):
     check(r["next_batch"]["batch"] == n + 1 and not r["next_batch"]["fits_unsplit"], "%d samples fit too" % (n + 1))
     check(all(t["fits_unsplit"] == (b <= n) for b, t in tried.items()), "plans disagree around the answer: %s" % r["tried"])
     check(r["largest_unsplit_peak_bytes"] <= r["budget_bytes"], "the answer's estimate is over the budget")
+    # Answers consistent with the figures printed: each batch fits exactly when its need
+    # (estimate with koila's margin) is within the budget.
+    check(all(t["fits_unsplit"] == (0 < t["unsplit_needed_bytes"] <= r["budget_bytes"]) for t in tried.values()
+              if t["unsplit_needed_bytes"]), "a verdict disagrees with its need: %s" % r["tried"])
+    check(r["largest_unsplit_needed_bytes"] <= r["budget_bytes"] < r["next_batch"]["unsplit_needed_bytes"],
+          "the answer's need or the next batch's does not bracket the budget")
     # Against reality: the answer, run once, stays within the budget, unsplit.
     check(r["verify"]["batch"] == n and r["verify"]["chunks"] == 1, "the verifying run was split: %s" % r["verify"])
     check(r["verify"]["measured_peak_bytes"] <= r["budget_bytes"], "the answer's run went over the budget")

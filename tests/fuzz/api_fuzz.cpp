@@ -747,7 +747,8 @@ std::vector<Entry> make_table() {
     note("koila_plan getters");
     const int64_t batch = koila_plan_batch_size(p), chunk = koila_plan_chunk_size(p), chunks = koila_plan_num_chunks(p);
     const uint64_t peak = koila_plan_peak_bytes(p), full = koila_plan_full_peak_bytes(p),
-                   budget = koila_plan_budget_bytes(p);
+                   budget = koila_plan_budget_bytes(p), need = koila_plan_needed_bytes(p),
+                   full_need = koila_plan_full_needed_bytes(p);
     // A batch of 0 samples runs as one chunk of 0 (the whole batch fits).
     const bool chunk_fits = batch == 0 ? chunk == 0 : chunk >= 1 && chunk <= batch;
     if (p && batch >= 0 && (!chunk_fits || chunks < 1))
@@ -757,10 +758,18 @@ std::vector<Entry> make_table() {
     // smaller chunk that fits may be chosen (or measured) although its estimate is higher.
     if (p && chunks > 1 && peak > full && !plan_says(p, "KOILA_CHUNK_FASTEST"))
       die("a split plan estimates more than the unsplit run");
-    (void)budget;
+    // A plan that exists fits: its need (the estimate with koila's margin) is within its
+    // budget, and no less than its estimate; a split one was split because the unsplit need
+    // is not (under KOILA_CHUNK_LARGEST).
+    if (p && (need < peak || full_need < full || (batch >= 0 && need > budget)))
+      die("plan needs " + std::to_string(need) + " (unsplit " + std::to_string(full_need) + ") for peaks " +
+          std::to_string(peak) + " / " + std::to_string(full) + " under a budget of " + std::to_string(budget));
+    if (p && chunks > 1 && full_need <= budget && !plan_says(p, "KOILA_CHUNK_FASTEST"))
+      die("a plan was split although its unsplit need is within the budget");
   });
-  for (const char* getter : {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes",
-                             "koila_plan_full_peak_bytes", "koila_plan_budget_bytes"})
+  for (const char* getter :
+       {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes", "koila_plan_full_peak_bytes",
+        "koila_plan_budget_bytes", "koila_plan_needed_bytes", "koila_plan_full_needed_bytes"})
     add(getter, 0, [](State&) {});  // exercised together by koila_plan_batch_size's action
   add("koila_set_progress", 1, [](State& st) {
     // Set (counting calls, checking what each reports) or cleared; the counter is static,

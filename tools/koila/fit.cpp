@@ -22,19 +22,22 @@ class Search {
       v.fits = b.fits_unsplit();
       if (b.plan) {
         v.full_peak = koila_plan_full_peak_bytes(b.plan.get());
-        need_[n] = static_cast<double>(s_.in_use()) +
-                   1.1 * static_cast<double>(v.full_peak - std::min(v.full_peak, s_.in_use()));
+        v.full_need = koila_plan_full_needed_bytes(b.plan.get());
+        need_[n] = static_cast<double>(v.full_need);
       }
       if (!v.fits)
-        v.why =
-            b.plan ? "it would run in " + std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks" : b.message;
+        v.why = b.plan ? "it needs " + human_bytes(v.full_need) + " with koila's margin, " +
+                             human_bytes(v.full_need - std::min(v.full_need, budget_)) + " over the " +
+                             human_bytes(budget_) + " budget, so it would run in " +
+                             std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks"
+                       : b.message;
     }
     r_.tried[n] = v;
     return v.fits;
   }
 
-  // A first guess: the line through what batches n1 < n2 need (bytes in use plus the
-  // estimate with koila's margin) meets the budget.
+  // A first guess: the line through what batches n1 < n2 need (koila_plan_full_needed_bytes:
+  // bytes in use plus the estimate with koila's margin) meets the budget.
   int64_t guess(int64_t n1, int64_t n2) {
     fits(n1);
     fits(n2);
@@ -135,8 +138,10 @@ std::string fit_text(const FitResult& r, const Session& s) {
             (one != r.tried.end() ? one->second.why : std::string("?")) + ")\n";
   } else {
     const BatchVerdict& at = r.tried.at(r.largest);
-    std::snprintf(line, sizeof line, "largest batch that runs unsplit   %lld  (estimated peak %s)\n",
-                  static_cast<long long>(r.largest), human_bytes(at.full_peak).c_str());
+    std::snprintf(line, sizeof line,
+                  "largest batch that runs unsplit   %lld  (estimated peak %s; needs %s with koila's margin)\n",
+                  static_cast<long long>(r.largest), human_bytes(at.full_peak).c_str(),
+                  human_bytes(at.full_need).c_str());
     text += line;
     const auto next = r.tried.find(r.largest + 1);
     if (next != r.tried.end())
@@ -183,12 +188,14 @@ void fit_json(Json& j, const FitResult& r) {
   j.field("largest_unsplit_batch", r.largest);
   const auto at = r.tried.find(r.largest);
   j.field("largest_unsplit_peak_bytes", at != r.tried.end() ? at->second.full_peak : uint64_t{0});
+  j.field("largest_unsplit_needed_bytes", at != r.tried.end() ? at->second.full_need : uint64_t{0});
   const auto next = r.tried.find(r.largest + 1);
   if (next != r.tried.end())
     j.begin_object("next_batch")
         .field("batch", r.largest + 1)
         .field("fits_unsplit", next->second.fits)
         .field("unsplit_peak_bytes", next->second.full_peak)
+        .field("unsplit_needed_bytes", next->second.full_need)
         .field("why", next->second.why)
         .end_object();
   j.begin_array("tried");
@@ -197,6 +204,7 @@ void fit_json(Json& j, const FitResult& r) {
         .field("batch", n)
         .field("fits_unsplit", v.fits)
         .field("unsplit_peak_bytes", v.full_peak)
+        .field("unsplit_needed_bytes", v.full_need)
         .end_object();
   j.end_array();
   if (r.batch_planned) {

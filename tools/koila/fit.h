@@ -18,6 +18,7 @@ namespace koila_cli {
 struct BatchVerdict {
   bool fits = false;       // runs unsplit by koila's plan
   uint64_t full_peak = 0;  // estimated unsplit peak (0 when not planned)
+  uint64_t full_need = 0;  // the budget the unsplit run needs: with koila's margin (0 when not planned)
   std::string why;         // when it does not fit
 };
 

@@ -73,6 +73,8 @@ PlanReport make_plan_report(Session& session, const BatchPlan& b) {
   r.chunks = koila_plan_num_chunks(p);
   r.peak = koila_plan_peak_bytes(p);
   r.full_peak = koila_plan_full_peak_bytes(p);
+  r.need = koila_plan_needed_bytes(p);
+  r.full_need = koila_plan_full_needed_bytes(p);
   r.budget = koila_plan_budget_bytes(p);
   r.description = describe(p);
   r.planned = read_timeline(p, false);
@@ -158,6 +160,8 @@ std::string plan_text(const PlanReport& r, const Session& s) {
     text += "plan       " + std::to_string(r.chunks) + " chunks of " + std::to_string(r.chunk) + "\n";
   text += "peak       " + human_bytes(r.peak) + " estimated";
   if (r.chunks > 1) text += " (unsplit: " + human_bytes(r.full_peak) + ")";
+  text += "\nneeds      " + human_bytes(r.need) + " of budget, with koila's margin on the estimate";
+  if (r.chunks > 1) text += " (unsplit: " + human_bytes(r.full_need) + ")";
   text += "\n\nwhere the memory goes at the peak";
   if (r.planned.available) {
     const TimelineEvent& e = r.planned.events[r.planned.peak_index];
@@ -185,6 +189,8 @@ void plan_json(Json& j, const PlanReport& r) {
       .field("chunks", r.chunks)
       .field("peak_bytes", r.peak)
       .field("unsplit_peak_bytes", r.full_peak)
+      .field("needed_bytes", r.need)
+      .field("unsplit_needed_bytes", r.full_need)
       .field("plan_budget_bytes", r.budget)
       .field("fits_unsplit", r.chunks == 1)
       .field("description", r.description);

@@ -65,7 +65,7 @@ export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, lo
        layer_norm, embedding, amax, amin, flatten, squeeze, unsqueeze, narrow, index_select,
        stack, cross_entropy, nll_loss, mse_loss, l1_loss, binary_cross_entropy_with_logits,
        scaled_dot_product_attention
-export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes,
+export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes, needed_bytes, full_needed_bytes,
        describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
        manual_seed!, set_batch_stats!, set_chunking!, set_progress!, Timeline, events, peak_index,
        memory_part

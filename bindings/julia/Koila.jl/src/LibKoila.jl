@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 02f5f82b25788ee7b5a592405e605e7a38a497f496208324880b7d389eff0a59
+# Header sha256: 7c6bb2d51aab713ee202023f9d785746cb707d028fb56476183c8a84e76bc411
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -236,6 +236,8 @@ const _fptr_koila_plan_num_chunks = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_full_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_budget_bytes = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_plan_needed_bytes = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_plan_full_needed_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_describe = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_free = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_timeline = Ref{Ptr{Cvoid}}(C_NULL)
@@ -380,6 +382,8 @@ const _FUNCTIONS = (
     (:koila_plan_peak_bytes, _fptr_koila_plan_peak_bytes),
     (:koila_plan_full_peak_bytes, _fptr_koila_plan_full_peak_bytes),
     (:koila_plan_budget_bytes, _fptr_koila_plan_budget_bytes),
+    (:koila_plan_needed_bytes, _fptr_koila_plan_needed_bytes),
+    (:koila_plan_full_needed_bytes, _fptr_koila_plan_full_needed_bytes),
     (:koila_plan_describe, _fptr_koila_plan_describe),
     (:koila_plan_free, _fptr_koila_plan_free),
     (:koila_plan_timeline, _fptr_koila_plan_timeline),
@@ -912,6 +916,32 @@ C: `uint64_t koila_plan_budget_bytes(const koila_plan *p);`
 function koila_plan_budget_bytes(p)
     fptr = _fptr_koila_plan_budget_bytes[]
     fptr == C_NULL && _not_loaded(:koila_plan_budget_bytes)
+    ccall(fptr, UInt64, (Ptr{koila_plan},), p)
+end
+
+"""
+    koila_plan_needed_bytes(p) -> UInt64
+
+C: `uint64_t koila_plan_needed_bytes(const koila_plan *p);`
+
+The budget the planned run needs: the bytes in use (and reserved by runs on other threads) when it was planned, plus its estimate with koila's margin, a tenth of the estimate, on top. The margin is for what an estimate cannot see: the allocator rounding sizes up, a kernel choosing another algorithm (and workspace) when it runs. A run fits when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes, without the margin) is below the budget may still not fit. koila_plan_describe and every refusal state the margin and the need.
+"""
+function koila_plan_needed_bytes(p)
+    fptr = _fptr_koila_plan_needed_bytes[]
+    fptr == C_NULL && _not_loaded(:koila_plan_needed_bytes)
+    ccall(fptr, UInt64, (Ptr{koila_plan},), p)
+end
+
+"""
+    koila_plan_full_needed_bytes(p) -> UInt64
+
+C: `uint64_t koila_plan_full_needed_bytes(const koila_plan *p);`
+
+The same if the batch ran unsplit. Under KOILA_CHUNK_LARGEST the batch is split (or the run refused, where it cannot be split) exactly when this exceeds the budget.
+"""
+function koila_plan_full_needed_bytes(p)
+    fptr = _fptr_koila_plan_full_needed_bytes[]
+    fptr == C_NULL && _not_loaded(:koila_plan_full_needed_bytes)
     ccall(fptr, UInt64, (Ptr{koila_plan},), p)
 end
 

@@ -112,6 +112,16 @@ full_peak_bytes(p::Plan) = Int(LibKoila.koila_plan_full_peak_bytes(p))
 budget_bytes(p::Plan) = Int(LibKoila.koila_plan_budget_bytes(p))
 
 """
+    needed_bytes(p), full_needed_bytes(p) -> Int
+
+The budget the planned run needs (bytes in use plus the estimate with koila's margin, a
+tenth of the estimate, on top), and the same if the batch ran unsplit. A run fits when its
+need is at most the budget: the batch is split exactly when the unsplit need exceeds it.
+"""
+needed_bytes(p::Plan) = Int(LibKoila.koila_plan_needed_bytes(p))
+full_needed_bytes(p::Plan) = Int(LibKoila.koila_plan_full_needed_bytes(p))
+
+"""
     describe(p::Plan) -> String
 
 A human-readable account: batch, chunk, chunks, estimated peak, budget, and why (for

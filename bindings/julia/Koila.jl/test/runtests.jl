@@ -415,6 +415,10 @@ end
     @test budget_bytes(plan) > 0
     @test occursin("batch 64", describe(plan))
     @test occursin("batch 64", sprint(show, plan))
+    # The need: the estimate with koila's margin, within the budget since it runs unsplit.
+    @test peak_bytes(plan) < needed_bytes(plan) <= budget_bytes(plan)
+    @test full_needed_bytes(plan) == needed_bytes(plan)
+    @test occursin("koila's margin of 10%", describe(plan))
     @test item(total) ≈ 64 * 16 * exp(1.0) rtol = 1e-5
     noplan = Plan(sum(Tensor(Float32[1, 2])))
     @test batch_size(noplan) === nothing && chunk_size(noplan) === nothing && num_chunks(noplan) == 1

@@ -297,6 +297,21 @@ extern "C" {
     pub fn koila_plan_budget_bytes(p: *const koila_plan) -> u64;
 }
 extern "C" {
+    #[doc = " The budget the planned run needs: the bytes in use (and reserved by runs on other"]
+    #[doc = "threads) when it was planned, plus its estimate with koila's margin, a tenth of the"]
+    #[doc = "estimate, on top. The margin is for what an estimate cannot see: the allocator rounding"]
+    #[doc = "sizes up, a kernel choosing another algorithm (and workspace) when it runs. A run fits"]
+    #[doc = "when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes,"]
+    #[doc = "without the margin) is below the budget may still not fit. koila_plan_describe and every"]
+    #[doc = "refusal state the margin and the need."]
+    pub fn koila_plan_needed_bytes(p: *const koila_plan) -> u64;
+}
+extern "C" {
+    #[doc = " The same if the batch ran unsplit. Under KOILA_CHUNK_LARGEST the batch is split (or the"]
+    #[doc = "run refused, where it cannot be split) exactly when this exceeds the budget."]
+    pub fn koila_plan_full_needed_bytes(p: *const koila_plan) -> u64;
+}
+extern "C" {
     #[doc = " A human-readable account: batch, chunk, chunks, estimated peak, budget, and why (e.g."]
     #[doc = "which op prevents splitting). Text conventions as koila_tensor_to_string."]
     pub fn koila_plan_describe(

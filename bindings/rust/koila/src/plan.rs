@@ -95,6 +95,18 @@ impl Plan {
         unsafe { sys::koila_plan_budget_bytes(self.ptr()) }
     }
 
+    /// The budget the planned run needs: bytes in use plus the estimate with koila's
+    /// margin (a tenth of the estimate) on top. A run fits when this is at most the budget.
+    pub fn needed_bytes(&self) -> u64 {
+        unsafe { sys::koila_plan_needed_bytes(self.ptr()) }
+    }
+
+    /// The same if the batch ran unsplit: the batch is split exactly when this exceeds
+    /// the budget.
+    pub fn full_needed_bytes(&self) -> u64 {
+        unsafe { sys::koila_plan_full_needed_bytes(self.ptr()) }
+    }
+
     /// A human-readable account: batch, chunk, chunks, peak, budget and why.
     pub fn describe(&self) -> Result<String> {
         read_text(|buf, cap, needed| unsafe { sys::koila_plan_describe(self.ptr(), buf, cap, needed) })

@@ -169,6 +169,10 @@ fn plans_and_budgets() {
     let text = plan.describe().unwrap();
     assert!(text.contains("batch 64"), "{text}");
     assert_eq!(format!("{plan}"), text);
+    // The need: the estimate with koila's margin, within the budget since it runs unsplit.
+    assert!(plan.needed_bytes() > plan.peak_bytes() && plan.needed_bytes() <= plan.budget_bytes());
+    assert_eq!(plan.full_needed_bytes(), plan.needed_bytes());
+    assert!(text.contains("koila's margin of 10%"), "{text}");
     // A concrete tensor has no batch.
     let c = Plan::new(&x, Mode::Forward).unwrap();
     assert_eq!((c.batch_size(), c.chunk_size(), c.num_chunks()), (None, None, 1));

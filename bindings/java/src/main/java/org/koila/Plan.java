@@ -86,6 +86,27 @@ public final class Plan extends NativeHandle {
     }
   }
 
+  /**
+   * The budget the planned run needs, in bytes: those in use plus the estimate with koila's
+   * margin (a tenth of the estimate) on top. A run fits when this is at most the budget.
+   */
+  public long neededBytes() {
+    try {
+      return KoilaNative.koila_plan_needed_bytes(address());
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** The same if the batch ran unsplit: the batch is split exactly when this exceeds the budget. */
+  public long fullNeededBytes() {
+    try {
+      return KoilaNative.koila_plan_full_needed_bytes(address());
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
   /** The budget the plan was made under, in bytes. */
   public long budgetBytes() {
     try {

@@ -84,6 +84,10 @@ class MemoryTest {
       String text = plan.describe();
       assertTrue(text.contains("batch 64"), text);
       assertEquals(text, plan.toString());
+      // The need: the estimate with koila's margin, within the budget since it runs unsplit.
+      assertTrue(plan.neededBytes() > plan.peakBytes() && plan.neededBytes() <= plan.budgetBytes(), text);
+      assertEquals(plan.neededBytes(), plan.fullNeededBytes());
+      assertTrue(text.contains("koila's margin of 10%"), text);
       assertEquals(64 * 16 * Math.E, total.item(), 1e-2);
     }
   }
