@@ -23,7 +23,6 @@ class Search {
       if (b.plan) {
         v.full_peak = koila_plan_full_peak_bytes(b.plan.get());
         v.full_need = koila_plan_full_needed_bytes(b.plan.get());
-        need_[n] = static_cast<double>(v.full_need);
       }
       if (!v.fits)
         v.why = b.plan ? "it needs " + human_bytes(v.full_need) + " with koila's margin, " +
@@ -41,10 +40,12 @@ class Search {
   int64_t guess(int64_t n1, int64_t n2) {
     fits(n1);
     fits(n2);
-    if (!need_.count(n1) || !need_.count(n2)) return n1 > 1 ? guess(1, 2) : n1;  // e.g. not splittable: no figures
-    const double slope = (need_[n2] - need_[n1]) / static_cast<double>(n2 - n1);
+    const double need1 = static_cast<double>(r_.tried.at(n1).full_need),
+                 need2 = static_cast<double>(r_.tried.at(n2).full_need);
+    if (need1 == 0 || need2 == 0) return n1 > 1 ? guess(1, 2) : n1;  // not planned (e.g. not splittable): no figures
+    const double slope = (need2 - need1) / static_cast<double>(n2 - n1);
     if (slope <= 0) return n2;
-    const double g = static_cast<double>(n1) + (static_cast<double>(budget_) - need_[n1]) / slope;
+    const double g = static_cast<double>(n1) + (static_cast<double>(budget_) - need1) / slope;
     return static_cast<int64_t>(std::clamp(g, 1.0, static_cast<double>(cap())));
   }
 
@@ -58,7 +59,6 @@ class Search {
   Session& s_;
   FitResult& r_;
   uint64_t budget_;
-  std::map<int64_t, double> need_;
 };
 
 // Sets `measured_*` from one real run of a batch of r.largest.
