@@ -18,6 +18,7 @@
 #include "corpus/corpus.h"
 #include "module_helpers.h"
 #include "plan/planner.h"
+#include "temp_dir.h"
 
 namespace koila_test {
 namespace {
@@ -64,19 +65,19 @@ std::vector<Case> programs_of(const std::string& version) {
 
 std::vector<Case> cases() { return programs_of(kVersions[std::size(kVersions) - 1]); }
 
-// The program `c` as each version wrote it (each version's fixtures hold every program).
-std::vector<Case> in_every_version(const Case& c) {
-  std::vector<Case> out;
+// Runs `check` on the program `c` as each version wrote it (each version's fixtures hold
+// every program).
+void for_every_version(const Case& c, void (*check)(const Case&)) {
   for (const char* version : kVersions) {
     bool found = false;
     for (const Case& p : programs_of(version))
       if (p.name == c.name) {
-        out.push_back(p);
+        SCOPED_TRACE(p.label());
+        check(p);
         found = true;
       }
     if (!found) ADD_FAILURE() << "no " << c.name << " in the fixtures of PyTorch " << version;
   }
-  return out;
 }
 
 // NAME.ref.pt: a dict of tensors, in the order make_programs.py wrote them.
@@ -283,9 +284,8 @@ void SavesWhatPyTorchLoadsAndKoilaReadsBack(const Case& c) {
     c10::NoGradGuard no_grad;
     t.add_(0.25);
   }
-  char dir[] = "/tmp/koila_exported_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string saved = std::string(dir) + "/saved.pt2";
+  const koila_tests::TempDir dir("koila_exported_");
+  const std::string saved = dir / "saved.pt2";
   ASSERT_OK(koila_module_save(m.get(), saved.c_str()));
   ModuleHandle again = load(saved);
   ASSERT_TRUE(again);
@@ -295,7 +295,6 @@ void SavesWhatPyTorchLoadsAndKoilaReadsBack(const Case& c) {
     EXPECT_EQ(before[i].first, after[i].first);
     EXPECT_TRUE(to_aten(before[i].second.get()).equal(to_aten(after[i].second.get()))) << before[i].first;
   }
-  std::vector<std::string> files{saved};
 #ifdef KOILA_EXPORT_CHECK
   // PyTorch itself: torch.export.load reads it, with exactly these parameters and buffers
   // (for one PyTorch's fixtures: each check starts a Python, some seconds).
@@ -303,54 +302,28 @@ void SavesWhatPyTorchLoadsAndKoilaReadsBack(const Case& c) {
     c10::Dict<std::string, at::Tensor> expected;
     for (bool buffers : {false, true})
       for (const auto& [name, t] : named(m.get(), buffers)) expected.insert(name, to_aten(t.get()));
-    const std::string expected_path = std::string(dir) + "/expected.pt", input_path = std::string(dir) + "/input.pt";
+    const std::string expected_path = dir / "expected.pt", input_path = dir / "input.pt";
     for (const auto& [path, value] :
          {std::pair<std::string, c10::IValue>{expected_path, expected}, {input_path, ref_at(reference(c), "input")}}) {
       const std::vector<char> bytes = torch::pickle_save(value);
       std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      files.push_back(path);
     }
     const std::string command = std::string(KOILA_EXPORT_CHECK) + " " + saved + " " + expected_path + " " + input_path;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
   }
 #endif
-  for (const std::string& f : files) std::remove(f.c_str());
-  rmdir(dir);
 }
 
-TEST_P(Exported, LoadsWithItsKindNamesAndMode) {
-  for (const Case& c : in_every_version(GetParam())) {
-    SCOPED_TRACE(c.label());
-    LoadsWithItsKindNamesAndMode(c);
-  }
-}
+TEST_P(Exported, LoadsWithItsKindNamesAndMode) { for_every_version(GetParam(), LoadsWithItsKindNamesAndMode); }
 
-TEST_P(Exported, TrainingStepEqualsPyTorch) {
-  for (const Case& c : in_every_version(GetParam())) {
-    SCOPED_TRACE(c.label());
-    TrainingStepEqualsPyTorch(c);
-  }
-}
+TEST_P(Exported, TrainingStepEqualsPyTorch) { for_every_version(GetParam(), TrainingStepEqualsPyTorch); }
 
-TEST_P(Exported, SplitTrainingStepEqualsPyTorch) {
-  for (const Case& c : in_every_version(GetParam())) {
-    SCOPED_TRACE(c.label());
-    SplitTrainingStepEqualsPyTorch(c);
-  }
-}
+TEST_P(Exported, SplitTrainingStepEqualsPyTorch) { for_every_version(GetParam(), SplitTrainingStepEqualsPyTorch); }
 
-TEST_P(Exported, KeepsTheModeItWasExportedIn) {
-  for (const Case& c : in_every_version(GetParam())) {
-    SCOPED_TRACE(c.label());
-    KeepsTheModeItWasExportedIn(c);
-  }
-}
+TEST_P(Exported, KeepsTheModeItWasExportedIn) { for_every_version(GetParam(), KeepsTheModeItWasExportedIn); }
 
 TEST_P(Exported, SavesWhatPyTorchLoadsAndKoilaReadsBack) {
-  for (const Case& c : in_every_version(GetParam())) {
-    SCOPED_TRACE(c.label());
-    SavesWhatPyTorchLoadsAndKoilaReadsBack(c);
-  }
+  for_every_version(GetParam(), SavesWhatPyTorchLoadsAndKoilaReadsBack);
 }
 
 INSTANTIATE_TEST_SUITE_P(Programs, Exported, ::testing::ValuesIn(cases()),
@@ -402,9 +375,8 @@ TEST(ExportedRuns, TimelineProgressAndAProcessGroup) {
 
   std::vector<std::string> seen;
   ASSERT_OK(koila_set_progress(note_progress, &seen));
-  char dir[] = "/tmp/koila_exported_group_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string init = std::string("file://") + dir + "/store";
+  const koila_tests::TempDir dir("koila_exported_group_");
+  const std::string init = "file://" + (dir / "store");
   koila_group* group = nullptr;
   const auto [code, message] = outcome(koila_group_new(&group, "gloo", init.c_str(), 0, 1, 5000));
   std::vector<Handle> params;
@@ -422,7 +394,6 @@ TEST(ExportedRuns, TimelineProgressAndAProcessGroup) {
     ran = outcome(koila_backward(loss.get()));
   }
   koila_status_free(koila_set_progress(nullptr, nullptr));
-  std::system((std::string("rm -rf ") + dir).c_str());
   ASSERT_EQ(ran.first, KOILA_OK) << ran.second;
   std::vector<std::string> want;
   for (int64_t k = 1; k <= chunks; ++k) want.push_back("backward " + std::to_string(k) + "/" + std::to_string(chunks));
@@ -468,11 +439,10 @@ std::pair<koila_code, std::string> load_outcome(const std::string& path) {
 }
 
 TEST(ExportedErrors, TruncatedAndCorruptArchivesAreIOErrors) {
-  char dir[] = "/tmp/koila_exported_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  const koila_tests::TempDir dir("koila_exported_");
   std::ifstream in(fixture("mlp"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string truncated = std::string(dir) + "/truncated.pt2";
+  const std::string truncated = dir / "truncated.pt2";
   for (size_t keep : {bytes.size() / 2, bytes.size() - 30, size_t(100)}) {
     std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(keep));
     const auto [code, message] = load_outcome(truncated);
@@ -480,25 +450,21 @@ TEST(ExportedErrors, TruncatedAndCorruptArchivesAreIOErrors) {
     EXPECT_NE(message.find(truncated), std::string::npos) << message;
   }
   // The program's JSON cut short, and a weight record shorter than its tensor.
-  const std::string bad_json = std::string(dir) + "/bad_json.pt2";
+  const std::string bad_json = dir / "bad_json.pt2";
   rewrite(fixture("mlp"), bad_json, "models/model.json", "{\"graph_module\": {\"graph\": ");
   auto [code, message] = load_outcome(bad_json);
   EXPECT_EQ(code, KOILA_ERROR_IO) << message;
   EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
-  const std::string short_weight = std::string(dir) + "/short_weight.pt2";
+  const std::string short_weight = dir / "short_weight.pt2";
   rewrite(fixture("mlp"), short_weight, "data/weights/weight_0", "abcd");
   std::tie(code, message) = load_outcome(short_weight);
   EXPECT_EQ(code, KOILA_ERROR_IO) << message;
   EXPECT_NE(message.find("past the end"), std::string::npos) << message;
-  for (const char* f : {"/truncated.pt2", "/bad_json.pt2", "/short_weight.pt2"})
-    std::remove((dir + std::string(f)).c_str());
-  rmdir(dir);
 }
 
 TEST(ExportedErrors, UnknownVersionsAreUnsupportedAndNamed) {
-  char dir[] = "/tmp/koila_exported_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string archive = std::string(dir) + "/version.pt2";
+  const koila_tests::TempDir dir("koila_exported_");
+  const std::string archive = dir / "version.pt2";
   rewrite(fixture("mlp"), archive, "archive_version", "7");
   auto [code, message] = load_outcome(archive);
   EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;
@@ -512,14 +478,11 @@ TEST(ExportedErrors, UnknownVersionsAreUnsupportedAndNamed) {
   const size_t at = json.find(from);
   ASSERT_NE(at, std::string::npos);
   json.replace(at, from.size(), "\"schema_version\": {\"major\": 9");
-  const std::string schema = std::string(dir) + "/schema.pt2";
+  const std::string schema = dir / "schema.pt2";
   rewrite(fixture("mlp"), schema, "models/model.json", json.c_str());
   std::tie(code, message) = load_outcome(schema);
   EXPECT_EQ(code, KOILA_ERROR_UNSUPPORTED) << message;
   EXPECT_NE(message.find("schema version 9"), std::string::npos) << message;
-  std::remove(archive.c_str());
-  std::remove(schema.c_str());
-  rmdir(dir);
 }
 
 TEST(ExportedErrors, InputsOfAnotherShapeOrDtypeAreRefused) {

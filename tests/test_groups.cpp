@@ -25,6 +25,7 @@
 
 #include "group_model.h"
 #include "koila.h"
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -118,7 +119,7 @@ std::vector<Outcome> run_group(const std::string& scenario, int size, int64_t ti
     o.params = read_doubles(dir + "/params." + std::to_string(r));
     o.grads = read_doubles(dir + "/grads." + std::to_string(r));
   }
-  std::system(("rm -rf " + dir).c_str());
+  koila_tests::TempDir::remove_all(dir);
   return outcomes;
 }
 
@@ -222,7 +223,8 @@ koila_code code_of(koila_status* s) {
 
 TEST(Groups, BadArgumentsGiveCleanCodes) {
   koila_group* g = reinterpret_cast<koila_group*>(0x1);
-  const std::string file = "file://" + temp_dir() + "/store";
+  const koila_tests::TempDir dir("koila_group_");
+  const std::string file = "file://" + (dir / "store");
   EXPECT_EQ(code_of(koila_group_new(nullptr, "gloo", file.c_str(), 0, 1, 1000)), KOILA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(code_of(koila_group_new(&g, "mpi", file.c_str(), 0, 1, 1000)), KOILA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(g, nullptr);
@@ -252,9 +254,9 @@ TEST(Groups, UnreachableInitIsAnIoErrorWithinTheTimeout) {
   koila_group* g = nullptr;
   // Rank 1 of 2 at a port where no rank 0 listens; a file in a directory that does not exist;
   // rank 0 of 2 whose partner never comes.
-  const std::string dir = temp_dir();
-  const std::string missing = "file://" + dir + "/no/such/dir/store";
-  const std::string alone = "file://" + dir + "/alone";
+  const koila_tests::TempDir dir("koila_group_");
+  const std::string missing = "file://" + (dir / "no/such/dir/store");
+  const std::string alone = "file://" + (dir / "alone");
   for (const std::string& init : {std::string("tcp://127.0.0.1:9"), missing, alone}) {
     const int rank = init == alone ? 0 : 1;
     const auto start = std::chrono::steady_clock::now();
@@ -265,12 +267,11 @@ TEST(Groups, UnreachableInitIsAnIoErrorWithinTheTimeout) {
     EXPECT_LT(ms, 800 + 3000.0) << init;
     koila_status_free(s);
   }
-  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(Groups, OneRankGroupIsAPlainBackward) {
-  const std::string dir = temp_dir();
-  const std::string init = "file://" + dir + "/store";
+  const koila_tests::TempDir dir("koila_group_");
+  const std::string init = "file://" + (dir / "store");
   koila_group* g = nullptr;
   ASSERT_EQ(koila_group_new(&g, "gloo", init.c_str(), 0, 1, 5000), nullptr);
   EXPECT_EQ(koila_group_rank(g), 0);
@@ -297,7 +298,6 @@ TEST(Groups, OneRankGroupIsAPlainBackward) {
   koila_tensor_free(loss);
   group_model::free_params(&model);
   koila_group_free(g);
-  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace
