@@ -764,7 +764,11 @@ KOILA_API void koila_optimizer_free(koila_optimizer *o);
    rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not
    join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED
    for "nccl" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown
-   backend, a malformed init or a rank out of range. */
+   backend, a malformed init or a rank out of range. A process that left SIGPIPE at its
+   default disposition has it ignored from this call on: Gloo's writes to the socket of a
+   rank that died raise it, and it would kill this process instead of failing the call with
+   KOILA_ERROR_IO (Python ignores SIGPIPE at startup for the same reason). A handler or
+   disposition the program set itself is kept. */
 KOILA_API koila_status *koila_group_new(koila_group **out, const char *backend, const char *init,
                                         int rank, int world_size, int64_t timeout_ms);
 /* -1 for NULL. */

@@ -9,9 +9,11 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -298,6 +300,59 @@ TEST(Groups, OneRankGroupIsAPlainBackward) {
   koila_tensor_free(loss);
   group_model::free_params(&model);
   koila_group_free(g);
+}
+
+// Gloo writes to a peer's socket with writev: once that rank has died, a write raises
+// SIGPIPE, which at its default disposition kills the writing rank instead of letting the
+// call fail with KOILA_ERROR_IO. Joining ignores it when the program left it at the default,
+// and keeps a handler the program set.
+void count_broken_pipe(int) {}
+
+bool ignores_sigpipe() {
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  return (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN;
+}
+
+TEST(Groups, JoiningKeepsABrokenPipeFromKillingTheProcess) {
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &saved), 0);
+  auto join_alone = [] {
+    const koila_tests::TempDir dir("koila_group_");
+    const std::string init = "file://" + (dir / "store");
+    koila_group* g = nullptr;
+    koila_status* s = koila_group_new(&g, "gloo", init.c_str(), 0, 1, 5000);
+    EXPECT_EQ(s, nullptr) << koila_status_message(s);
+    koila_status_free(s);
+    koila_group_free(g);
+  };
+
+  // A handler of the program's own is kept.
+  struct sigaction own {};
+  own.sa_handler = count_broken_pipe;
+  sigemptyset(&own.sa_mask);
+  ASSERT_EQ(sigaction(SIGPIPE, &own, nullptr), 0);
+  join_alone();
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, count_broken_pipe) << "joining replaced the program's SIGPIPE handler";
+
+  // The default becomes ignored, so that a write to a closed socket fails with EPIPE (this
+  // process would die here otherwise).
+  ASSERT_EQ(signal(SIGPIPE, SIG_DFL), count_broken_pipe);
+  join_alone();
+  EXPECT_TRUE(ignores_sigpipe());
+  int ends[2] = {-1, -1};
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  close(ends[1]);
+  const char byte = 1;
+  const ssize_t written = write(ends[0], &byte, 1);
+  const int error = errno;
+  close(ends[0]);
+  EXPECT_EQ(written, -1);
+  EXPECT_EQ(error, EPIPE);
+
+  sigaction(SIGPIPE, &saved, nullptr);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,6 +98,21 @@ c10::intrusive_ptr<c10d::Store> make_store(const Init& init, int rank, int size,
   return store;
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer has gone (a
+// rank that died). Left at its default, SIGPIPE kills this process, where the contract is
+// KOILA_ERROR_IO on the ranks that remain (Python ignores SIGPIPE at startup, which is why
+// PyTorch's users never meet this). Ignored, the write fails with EPIPE and Gloo reports
+// it. A handler or disposition the program chose itself is left alone.
+void ignore_broken_pipes_left_at_default() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 }  // namespace
 
 std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
@@ -119,6 +135,7 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
          "(c10d's ProcessGroupNCCL); use \"gloo\"");
 #endif
   comm->timeout = timeout;
+  ignore_broken_pipes_left_at_default();
   try {
     comm->store = make_store(parsed, rank, size, timeout);
 #ifdef KOILA_WITH_GLOO

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 7c6bb2d51aab713ee202023f9d785746cb707d028fb56476183c8a84e76bc411
+# Header sha256: 8c43f717bd5582478143ed3c189e51662fee1e4ab4ae7eadb8339bba872a92a6
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -2147,7 +2147,7 @@ end
 
 C: `koila_status *koila_group_new(koila_group **out, const char *backend, const char *init, int rank, int world_size, int64_t timeout_ms);`
 
-Joins a group of world_size processes as `rank` (0 <= rank < world_size). backend: "gloo" or "nccl"; init: "tcp://HOST:PORT" (rank 0 listens there) or "file:///PATH" (a file every rank can reach, which must not be left over from an earlier group). Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback when init is a file or a loopback address, else this host's address. timeout_ms (> 0) bounds the rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED for "nccl" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown backend, a malformed init or a rank out of range.
+Joins a group of world_size processes as `rank` (0 <= rank < world_size). backend: "gloo" or "nccl"; init: "tcp://HOST:PORT" (rank 0 listens there) or "file:///PATH" (a file every rank can reach, which must not be left over from an earlier group). Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback when init is a file or a loopback address, else this host's address. timeout_ms (> 0) bounds the rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED for "nccl" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown backend, a malformed init or a rank out of range. A process that left SIGPIPE at its default disposition has it ignored from this call on: Gloo's writes to the socket of a rank that died raise it, and it would kill this process instead of failing the call with KOILA_ERROR_IO (Python ignores SIGPIPE at startup for the same reason). A handler or disposition the program set itself is kept.
 """
 function koila_group_new(out, backend, init, rank, world_size, timeout_ms)
     fptr = _fptr_koila_group_new[]

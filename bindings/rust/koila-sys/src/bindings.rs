@@ -1230,7 +1230,11 @@ extern "C" {
     #[doc = "rendezvous and every later collective. Fails with KOILA_ERROR_IO when the others do not"]
     #[doc = "join within timeout_ms (or init cannot be reached or created), KOILA_ERROR_UNSUPPORTED"]
     #[doc = "for \"nccl\" when LibTorch has no NCCL, KOILA_ERROR_INVALID_ARGUMENT for an unknown"]
-    #[doc = "backend, a malformed init or a rank out of range."]
+    #[doc = "backend, a malformed init or a rank out of range. A process that left SIGPIPE at its"]
+    #[doc = "default disposition has it ignored from this call on: Gloo's writes to the socket of a"]
+    #[doc = "rank that died raise it, and it would kill this process instead of failing the call with"]
+    #[doc = "KOILA_ERROR_IO (Python ignores SIGPIPE at startup for the same reason). A handler or"]
+    #[doc = "disposition the program set itself is kept."]
     pub fn koila_group_new(
         out: *mut *mut koila_group,
         backend: *const ::std::os::raw::c_char,
