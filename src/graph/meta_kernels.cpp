@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/libtorch_compat.h"
+#include "graph/rnn_meta.h"
 
 namespace koila {
 namespace {
@@ -423,6 +424,7 @@ void register_all() {
   fill_in_missing<like_arg_meta<4, 1>>("mse_loss_backward");
   fill_in_missing<like_arg_meta<3, 0>>("threshold_backward");
   fill_in_missing<like_arg_meta<8, 1>>("max_pool2d_with_indices_backward");
+  register_rnn_meta_kernels();
 }
 
 }  // namespace

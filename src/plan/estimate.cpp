@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/random_scope.h"
 #include "base/text.h"
+#include "graph/rnn_meta.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
 #include "memory/meta_counter.h"
@@ -103,6 +104,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   if (watch) run.observer = watch->observer;
   run.commit = commit;
   MetaAllocationScope scope;
+  const SimulatedDevice simulated(canonical_device(root->meta.device));  // its kernels' paths (rnn_meta.h)
   if (watch) watch->start(scope, stand_ins);
   run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
   if (watch) watch->end(scope);
