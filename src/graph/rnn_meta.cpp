@@ -163,16 +163,19 @@ std::pair<Tensor, std::vector<typename Cell::Hidden>> stack_of_layers(const Tens
   return {std::move(x), std::move(last)};
 }
 
-// Whether the CPU would run an LSTM on `input` through oneDNN, whose memory is not this
-// algorithm's: LibTorch's own composite stays (as it did before, its figures matched). Where
-// LibTorch has oneDNN's RNN layer op (PyTorch 2.x) a float LSTM takes it, training or not;
-// before that (1.13) only without gradients (measured: a no-grad LSTM held less than this
-// algorithm's projection, a training one exactly it).
-bool cpu_lstm_through_onednn(const Tensor& input) {
+// Whether the CPU would run this LSTM as RNN.cpp's path with the input projected first.
+// Where LibTorch has oneDNN's RNN layer op (PyTorch 2.x), a float LSTM without projections
+// trains through oneDNN instead, whose workspace this algorithm does not hold (the
+// calibration by real probes makes it up). Without gradients, the CPU's LSTM held what the
+// per-step composite holds, with projections or without (measured on 1.13: the projection
+// algorithm overestimated a no-grad read by 63%, the composite was exact), so the composite
+// stays there too.
+bool lstm_takes_cpu_path(const Tensor& input, bool projections) {
+  if (!at::GradMode::is_enabled()) return false;
   static const bool has_layer = c10::Dispatcher::singleton().findSchema({"aten::mkldnn_rnn_layer", ""}).has_value();
-  if (!at::hasMKLDNN() || !at::globalContext().userEnabledMkldnn()) return false;
-  if (input.scalar_type() != at::kFloat && input.scalar_type() != at::kBFloat16) return false;
-  return has_layer || !at::GradMode::is_enabled();
+  const bool onednn = has_layer && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() &&
+                      (input.scalar_type() == at::kFloat || input.scalar_type() == at::kBFloat16);
+  return projections || !onednn;
 }
 
 bool takes_cpu_path(const Tensor& input) { return simulating_cpu() && input.is_meta() && input.dim() == 3; }
@@ -184,7 +187,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_as_on_cpu(const Tensor& input, TensorLis
   // LibTorch's own test for projections: hidden and cell states of different sizes.
   const bool projections = hx.size() == 2 && hx[0].dim() == 3 && hx[1].dim() == 3 && hx[0].size(2) != hx[1].size(2);
   const std::vector<Weights> w = gather(params, has_biases, projections, layers, directions);
-  if (!takes_cpu_path(input) || w.empty() || hx.size() != 2 || cpu_lstm_through_onednn(input))
+  if (!takes_cpu_path(input) || w.empty() || hx.size() != 2 || !lstm_takes_cpu_path(input, projections))
     return at::native::lstm(input, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first);
   const std::vector<Tensor> h = hx[0].unbind(0), c = hx[1].unbind(0);
   std::vector<LstmCell::Hidden> initial;

@@ -8,9 +8,10 @@
 // While a SimulatedDevice scope on this thread says the CPU, these ops on meta tensors take
 // the CPU's path, op for op (RNN.cpp's FullLayer and FullBidirectionalLayer with the input
 // computed first, its cells, the stacking of outputs and final states), recording autograd
-// as the CPU does. Elsewhere, and where the CPU itself would take another path (an LSTM
-// through oneDNN, a packed sequence), LibTorch's own composite
-// runs, as before.
+// as the CPU does. Elsewhere, and where the CPU itself takes another path (an LSTM without
+// gradients; one that trains through oneDNN, without projections on PyTorch 2.x; a packed
+// sequence), LibTorch's own composite runs, as before: for oneDNN's LSTM the calibration by
+// real probes makes up what the simulation cannot show (its workspace).
 #pragma once
 
 #include <c10/core/Device.h>
