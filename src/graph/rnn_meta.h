@@ -5,13 +5,14 @@
 // on meta tensors of a run on the CPU missed that tensor: a 2-layer LSTM's training peak was
 // estimated 14% short (measured with koila's allocator: 326 MiB at batch 512, 280 simulated).
 //
-// While a SimulatedDevice scope on this thread says the CPU, these ops on meta tensors take
-// the CPU's path, op for op (RNN.cpp's FullLayer and FullBidirectionalLayer with the input
+// While a SimulatedDevice scope on this thread says the CPU, these ops on meta tensors that
+// record gradients take the CPU's path, op for op (RNN.cpp's FullLayer and FullBidirectionalLayer with the input
 // computed first, its cells, the stacking of outputs and final states), recording autograd
-// as the CPU does. Elsewhere, and where the CPU itself takes another path (an LSTM without
-// gradients; one that trains through oneDNN, without projections on PyTorch 2.x; a packed
-// sequence), LibTorch's own composite runs, as before: for oneDNN's LSTM the calibration by
-// real probes makes up what the simulation cannot show (its workspace).
+// as the CPU does. Elsewhere, and where the CPU itself holds what the composite holds (reads
+// without gradients, measured) or takes another path (an LSTM that trains through oneDNN:
+// without projections on PyTorch 2.x; a packed sequence), LibTorch's own composite runs, as
+// before: for oneDNN's LSTM the calibration by real probes makes up what the simulation
+// cannot show (its workspace).
 #pragma once
 
 #include <c10/core/Device.h>
