@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
         const bench::EstimateRow split = measure(model, batch, mode, batch / 8, device);
         worst = std::max(worst, bench::print_estimate_row(name(kind), batch, mode, "unlimited", full));
         worst = std::max(worst, bench::print_estimate_row(name(kind), batch, mode, "fits 1/8", split));
+        if (batch == 64) {  // chunks of one sample (issue 28, item 4)
+          const bench::EstimateRow ones = measure(model, batch, mode, 1, device);
+          worst = std::max(worst, bench::print_estimate_row(name(kind), batch, mode, "fits a sample", ones));
+        }
       }
     }
   }

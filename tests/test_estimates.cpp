@@ -350,6 +350,30 @@ TEST(Estimates, ACalibrationProbeStaysWithinTheBudget) {
   EXPECT_TRUE(at::allclose(to_aten(total.get()), xs.tanh().sum()));
 }
 
+// Chunks of one sample are calibrated by their own probe (backends take other buffers for
+// one sample than for the 2 and 4 of the calibration probes). That probe held every
+// gradient at once where the run adds each into .grad as it comes, so what it found
+// beyond its simulation fell on a higher peak than the run's: the test CNN's chunks of one
+// were estimated 10.9% over (bench_memory_estimate, issue 28 item 4). The probe now runs
+// as the run's chunks do, into copies of the parameters.
+TEST(Estimates, ChunksOfOneAreProbedAsTheRunGoes) {
+  BudgetGuard restore;
+  const Model m(Kind::CNN, at::kCPU, 5);
+  const at::Tensor xs = m.input(64), ys = m.target(64);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  const uint64_t before = current_cpu();
+  const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(1.15 * static_cast<double>(extra))));
+  plan_of(loss.get(), KOILA_MODE_TRAINING);  // probes (into copies)
+  for (const at::Tensor& p : m.params()) EXPECT_FALSE(p.grad().defined()) << "a probe set a parameter's .grad";
+  const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(run.text.find("64 chunks of 1"), std::string::npos) << run.text;
+  EXPECT_NE(run.text.find("chunks of 1: probed as the run's"), std::string::npos) << run.text;
+  EXPECT_LE(std::abs(error_of(run)), 0.01) << run.text;
+  m.zero_grad();
+}
+
 // Real kernels wrap scalars into small tensors that meta kernels do not allocate (the CPU
 // mean divides by its count through an 8-byte one, chunks are weighted by a scalar). Found
 // by the differential graph fuzzer (seed 11, graph 71, this graph): evaluated in chunks of

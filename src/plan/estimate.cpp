@@ -114,8 +114,13 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // A real run of the first `max_chunks` chunks of `chunk` samples, gradients dropped; what
 // ops may change in place (running statistics) is copied first, the random state restored
 // after. Held to the budget and to `room` beyond what is in use: a probe that does not fit
-// fails instead of going over either.
-uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room) {
+// fails instead of going over either. `like_a_chunk`: the leaves that require grad are
+// copied too (with their .grad) and the gradients go into the copies' .grad as a run's go
+// into the real ones (each as autograd has it), so that the probe holds what the run's
+// chunks hold rather than every gradient at once; the copies count against the room, not
+// the peak. Not where a leaf's value has autograd history (its leaves would be reached).
+uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
+               bool like_a_chunk = false) {
   const c10::Device device = canonical_device(root->meta.device);
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
@@ -131,11 +136,23 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
           !copies.count(in.get()))
         copies.emplace(in.get(), in->value.clone());
   }
+  if (like_a_chunk && mode == RunMode::Training) {  // (a forward has no gradients to place)
+    c10::NoGradGuard no_grad;
+    for (const Node* node : a.nodes()) {
+      if (node->kind == NodeKind::Op || !node->value.requires_grad() || copies.count(node)) continue;
+      if (!node->value.is_leaf())
+        fail(KOILA_ERROR_UNSUPPORTED, "a probe like a chunk cannot copy a tensor with autograd history");
+      at::Tensor copy = node->value.detach().clone().requires_grad_(true);
+      if (node->value.grad().defined()) copy.mutable_grad() = node->value.grad().clone();
+      copies.emplace(node, std::move(copy));
+    }
+  }
   RandomScope random(device);
   ChunkRun run;
   run.chunk = chunk;
   run.max_chunks = max_chunks;
   run.commit = false;
+  run.into_copied_leaves = like_a_chunk && mode == RunMode::Training;
   run.leaf = [&copies](const Node& node) {
     auto found = copies.find(&node);
     return found != copies.end() ? found->second : node.value;
@@ -290,19 +307,22 @@ void Estimator::fit() {
   r.intercept = intercept;
 }
 
-// Under the record's lock and the calibration's.
-uint64_t Estimator::calibrate_below(Calibration& c, int64_t samples) {
+// Under the record's lock and the calibration's: a real probe of the run's first chunks of
+// `samples`, gradients going into copies of the leaves as the run's go into .grad, against
+// the simulation of those chunks (the one the estimate adds to).
+std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t samples) {
   auto found = c.below.find(samples);
-  if (found == c.below.end()) {
-    int64_t difference = 0;
-    std::string why;
-    const Probed probed = probe_against_simulation(samples, &difference, &why);
-    if (probed == Probed::Measured)
-      found = c.below.emplace(samples, static_cast<uint64_t>(std::max<int64_t>(difference, 0))).first;
-    else if (probed == Probed::Failed)
-      found = c.below.emplace(samples, 0).first;  // the real run will fail the same way
-    else
-      return 0;  // no simulation, or no room now: in a later plan
+  if (found != c.below.end()) return found->second;
+  uint64_t sim = 0;
+  if (!simulated(samples, kSimulatedChunks, &sim)) return std::nullopt;
+  if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return std::nullopt;  // later
+  try {
+    const uint64_t real = probe(root_, a_, mode_, samples, kSimulatedChunks, room_, /*like_a_chunk=*/true);
+    // At least the kernels' scalars, as calibrate() adds (KernelScalarsAreCountedForChunksOfOne).
+    found = c.below.emplace(samples, std::max<uint64_t>(real > sim ? real - sim : 0, kKernelScalars)).first;
+  } catch (...) {
+    if (is_out_of_memory(std::current_exception())) return std::nullopt;  // no room now: in a later plan
+    found = c.below.emplace(samples, std::nullopt).first;                 // `bytes` stays
   }
   return found->second;
 }
@@ -320,7 +340,7 @@ uint64_t Estimator::extra(int64_t chunk) {
     uint64_t added = c.bytes;
     if (!c.probes.empty()) {
       const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
-      if (samples < smallest) added = std::max(added, calibrate_below(c, samples));
+      if (samples < smallest) added = calibrate_below(c, samples).value_or(added);
       if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
     }
     bytes += added;
@@ -362,7 +382,8 @@ std::string Estimator::source() {
       os << " samples (+" << human_bytes(c.bytes);
       if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
       os << " beyond the simulation";
-      for (const auto& [samples, d] : c.below) os << "; chunks of " << samples << ": probed alone, +" << human_bytes(d);
+      for (const auto& [samples, d] : c.below)
+        if (d) os << "; chunks of " << samples << ": probed as the run's, +" << human_bytes(*d) << " instead";
       os << ")";
     } else if (!c.failure.empty())
       os << ", not calibrated (the probe failed: " << c.failure << ")";

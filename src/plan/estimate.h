@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,8 @@ class Estimator {
   Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why);
   void calibrate(Calibration& c);
   // What a chunk smaller than every calibration probe takes beyond its simulation (probed
-  // once, when a plan first needs it).
-  uint64_t calibrate_below(Calibration& c, int64_t samples);
+  // once, when a plan first needs it); nullopt where that is not known.
+  std::optional<uint64_t> calibrate_below(Calibration& c, int64_t samples);
   void fit();
 
   const NodePtr& root_;

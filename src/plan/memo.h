@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,11 +47,13 @@ struct Calibration {
   uint64_t bytes = 0;
   double slope = 0;
   // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:
-  // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4), probed
-  // when a plan first needs one: samples -> bytes beyond the simulation (0 when it took
-  // less), added instead of `bytes` when larger. Absent: not probed yet (or no room then); a
-  // failed probe counts 0.
-  std::map<int64_t, uint64_t> below;
+  // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4, oneDNN
+  // reorders no weights), probed when a plan first needs one, as the run's chunks go
+  // (gradients added as they come, into copies of the leaves; not all held at once as the
+  // calibration probes hold them): samples -> bytes beyond the simulation of the same chunks
+  // (at least the kernels' scalars), added instead of `bytes`. Absent: not probed yet (or no room
+  // then); nullopt: the probe failed, `bytes` stays.
+  std::map<int64_t, std::optional<uint64_t>> below;
 };
 
 struct GraphRecord {

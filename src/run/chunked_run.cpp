@@ -140,14 +140,16 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 // memory when the device is not the CPU) and zeroed, this call's sum added to it at the
 // end. Until finish(), destruction (a failure) restores every .grad.
 // Probes (run.commit false) never touch .grad: they hold what the real run would hold (the
-// gradients of leaves without .grad, the snapshots) and drop the rest.
+// gradients of leaves without .grad, the snapshots) and drop the rest; those whose leaves
+// are copies (into_copied_leaves) add into the copies' .grad as a committed run does.
 class GradientTarget {
  public:
-  GradientTarget(const ChunkRun& run, const c10::Device& device) : run_(run), host_(device.type() != c10::kCPU) {}
+  GradientTarget(const ChunkRun& run, const c10::Device& device)
+      : run_(run), into_grad_(run.commit || run.into_copied_leaves), host_(device.type() != c10::kCPU) {}
   GradientTarget(const GradientTarget&) = delete;
   GradientTarget& operator=(const GradientTarget&) = delete;
   ~GradientTarget() {
-    if (finished_ || !run_.commit) return;
+    if (finished_ || !into_grad_) return;
     try {
       for (Entry& e : entries_) {
         at::Tensor& grad = grad_of(e);
@@ -182,8 +184,8 @@ class GradientTarget {
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (!grads[i].defined()) continue;
       Entry& e = entries_[index_.find(leaves[i].unsafeGetTensorImpl())];
-      if (!run_.commit && e.start != GradStart::Absent) continue;  // a probe: dropped
-      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      if (!into_grad_ && e.start != GradStart::Absent) continue;  // a probe: dropped
+      at::Tensor& grad = into_grad_ ? grad_of(e) : e.held;
       if (grad.defined())
         grad.add_(grads[i]);
       else
@@ -194,7 +196,7 @@ class GradientTarget {
   // Backward from `outputs` into the leaves' .grad (`starts`: as for prepare()).
   void backward(const Tensors& outputs, const Tensors& grad_outputs, const Tensors& leaves, bool retain,
                 const std::vector<GradStart>* starts = nullptr) {
-    if (!run_.commit) {
+    if (!into_grad_) {
       add(leaves, gradients(outputs, grad_outputs, leaves, retain));
       return;
     }
@@ -207,7 +209,7 @@ class GradientTarget {
   // back.
   void finish(double divisor, const LossReduction& reduction) {
     for (Entry& e : entries_) {
-      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      at::Tensor& grad = into_grad_ ? grad_of(e) : e.held;
       if (grad.defined() && divisor > 0) grad.div_(divisor);
     }
     if (run_.before_commit && run_.commit && !run_.meta) {
@@ -219,9 +221,9 @@ class GradientTarget {
       run_.before_commit(leaves, grads, reduction);
     }
     for (Entry& e : entries_) {
-      at::Tensor& grad = run_.commit ? grad_of(e) : e.held;
+      at::Tensor& grad = into_grad_ ? grad_of(e) : e.held;
       if (!grad.defined()) continue;
-      if (!run_.commit || e.start != GradStart::Held) continue;
+      if (!into_grad_ || e.start != GradStart::Held) continue;
       if (!e.saved.defined())  // a simulation of a snapshot in host memory: its copy back
         grad.add_(at::empty_like(grad));
       else
@@ -260,11 +262,12 @@ class GradientTarget {
       }
       index_.insert(leaf.unsafeGetTensorImpl(), static_cast<uint32_t>(entries_.size()));
       entries_.push_back(std::move(e));
-      if (run_.commit && entries_.back().start == GradStart::Held) grad_of(entries_.back()).zero_();
+      if (into_grad_ && entries_.back().start == GradStart::Held) grad_of(entries_.back()).zero_();
     }
   }
 
   const ChunkRun& run_;
+  const bool into_grad_;  // gradients go into the leaves' .grad (committed runs, copied leaves)
   const bool host_;
   std::vector<Entry> entries_;
   PointerIndex<c10::TensorImpl> index_;  // the leaf's position in entries_
