@@ -124,7 +124,6 @@ LayerResult<Cell> layer(const Tensor& input, const std::vector<typename Cell::Hi
   std::vector<Tensor> steps = projection.unbind(0);
   auto forward = run_steps<Cell>(steps, hidden[0], w[first]);
   if (hidden.size() == 1) {
-    steps.clear();
     r.output = at::stack(forward.first, 0);
     r.last.push_back(std::move(forward.second));
     return r;
@@ -134,7 +133,6 @@ LayerResult<Cell> layer(const Tensor& input, const std::vector<typename Cell::Hi
   steps = projection.unbind(0);
   std::reverse(steps.begin(), steps.end());
   auto backward = run_steps<Cell>(steps, hidden[1], w[first + 1]);
-  steps.clear();
   std::reverse(backward.first.begin(), backward.first.end());
   const Tensor backward_output = at::stack(backward.first, 0);
   r.output = at::cat({forward_output, backward_output}, forward_output.dim() - 1);

@@ -136,7 +136,8 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
           !copies.count(in.get()))
         copies.emplace(in.get(), in->value.clone());
   }
-  if (like_a_chunk && mode == RunMode::Training) {  // (a forward has no gradients to place)
+  const bool into_copies = like_a_chunk && mode == RunMode::Training;  // (a forward has no gradients to place)
+  if (into_copies) {
     c10::NoGradGuard no_grad;
     for (const Node* node : a.nodes()) {
       if (node->kind == NodeKind::Op || !node->value.requires_grad() || copies.count(node)) continue;
@@ -152,7 +153,7 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
   run.chunk = chunk;
   run.max_chunks = max_chunks;
   run.commit = false;
-  run.into_copied_leaves = like_a_chunk && mode == RunMode::Training;
+  run.into_copied_leaves = into_copies;
   run.leaf = [&copies](const Node& node) {
     auto found = copies.find(&node);
     return found != copies.end() ? found->second : node.value;
@@ -210,12 +211,16 @@ bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bo
 
 // Under the record's lock: a real probe of the first chunk of `samples` against the
 // simulation of the same probe; `difference` is what the probe took beyond it (or less).
-Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* difference, std::string* why) {
+// `like_a_chunk`: the run's first chunks instead, gradients going into copies of the leaves
+// as the run's go into .grad (see probe()), against the run's own simulation of them.
+Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* difference, std::string* why,
+                                                      bool like_a_chunk) {
+  const int64_t chunks = like_a_chunk ? kSimulatedChunks : 1;
   uint64_t sim = 0;
-  if (!simulated(samples, 1, &sim, /*as_probe=*/true)) return Probed::NoSimulation;
+  if (!simulated(samples, chunks, &sim, /*as_probe=*/!like_a_chunk)) return Probed::NoSimulation;
   if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
   try {
-    const uint64_t real = probe(root_, a_, mode_, samples, 1, room_);
+    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk);
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
     return Probed::Measured;
   } catch (...) {
@@ -307,22 +312,20 @@ void Estimator::fit() {
   r.intercept = intercept;
 }
 
-// Under the record's lock and the calibration's: a real probe of the run's first chunks of
-// `samples`, gradients going into copies of the leaves as the run's go into .grad, against
-// the simulation of those chunks (the one the estimate adds to).
+// Under the record's lock and the calibration's: a probe of the run's first chunks of
+// `samples` as the run goes (probe_against_simulation, like a chunk).
 std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t samples) {
   auto found = c.below.find(samples);
-  if (found != c.below.end()) return found->second;
-  uint64_t sim = 0;
-  if (!simulated(samples, kSimulatedChunks, &sim)) return std::nullopt;
-  if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return std::nullopt;  // later
-  try {
-    const uint64_t real = probe(root_, a_, mode_, samples, kSimulatedChunks, room_, /*like_a_chunk=*/true);
-    // At least the kernels' scalars, as calibrate() adds (KernelScalarsAreCountedForChunksOfOne).
-    found = c.below.emplace(samples, std::max<uint64_t>(real > sim ? real - sim : 0, kKernelScalars)).first;
-  } catch (...) {
-    if (is_out_of_memory(std::current_exception())) return std::nullopt;  // no room now: in a later plan
-    found = c.below.emplace(samples, std::nullopt).first;                 // `bytes` stays
+  if (found == c.below.end()) {
+    int64_t difference = 0;
+    std::string why;
+    const Probed probed = probe_against_simulation(samples, &difference, &why, /*like_a_chunk=*/true);
+    if (probed == Probed::Measured)  // at least the kernels' scalars, as calibrate() adds
+      found = c.below.emplace(samples, std::max<uint64_t>(std::max<int64_t>(difference, 0), kKernelScalars)).first;
+    else if (probed == Probed::Failed)
+      found = c.below.emplace(samples, std::nullopt).first;  // `bytes` stays
+    else
+      return std::nullopt;  // no simulation, or no room now: in a later plan
   }
   return found->second;
 }

@@ -82,7 +82,7 @@ class Estimator {
   bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
   // How a probe against its simulation went (probe_against_simulation).
   enum class Probed { Measured, NoSimulation, NoRoom, OutOfMemory, Failed };
-  Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why);
+  Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why, bool like_a_chunk = false);
   void calibrate(Calibration& c);
   // What a chunk smaller than every calibration probe takes beyond its simulation (probed
   // once, when a plan first needs it); nullopt where that is not known.
