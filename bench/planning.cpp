@@ -13,6 +13,8 @@
 //                  step computed eagerly with LibTorch, interleaved, median of many.
 //
 //   usage: bench_planning [repeats] [width] [absent|zeroed]
+//   KOILA_BENCH_PROFILE=lazy|eager: only that kind of step (KOILA_BENCH_STEPS times, default 305),
+//   no table (for perf or callgrind); =blocks: blocks of 20 lazy and 20 eager steps, medians.
 //   absent (default): each step ends setting every .grad absent; zeroed: zeroing them in
 //   place (koila_tensor_zero_grad; eagerly Tensor::zero_), as koila_optimizer_zero_grad
 //   and torch.optim's zero_grad(set_to_none=False) do.
@@ -59,6 +61,46 @@ int main(int argc, char** argv) {
   // start), so that each finds its .grad as it left them.
   const SmallOpGraph net(width, zero_in_place), eager_net(width, zero_in_place);
   const at::Tensor xs = net.input();
+
+  // KOILA_BENCH_PROFILE=lazy|eager: only that kind of step, 300 times after 5 to warm up,
+  // and no table: for a profiler (perf record) to see one kind of step alone.
+  if (const char* only = std::getenv("KOILA_BENCH_PROFILE")) {
+    const bool lazy = std::string(only) == "lazy";
+    if (std::string(only) == "blocks") {
+      std::vector<double> lt, et;
+      for (int round = 0; round < 10; ++round) {
+        for (int i = 0; i < 20; ++i) {
+          const double start = bench::now_seconds();
+          Handle loss = net.lazy_loss(xs);
+          bench::check(koila_backward(loss.get()), "koila_backward");
+          net.zero_grad_lazy();
+          lt.push_back(bench::now_seconds() - start);
+        }
+        for (int i = 0; i < 20; ++i) {
+          const double start = bench::now_seconds();
+          eager_net.eager_step(xs);
+          eager_net.zero_grad();
+          et.push_back(bench::now_seconds() - start);
+        }
+      }
+      std::printf("blocks: lazy %.2f ms eager %.2f ms ratio %.3f\n", bench::median(lt) * 1e3, bench::median(et) * 1e3,
+                  bench::median(lt) / bench::median(et));
+      return 0;
+    }
+    const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
+    const int steps = steps_env ? std::atoi(steps_env) : 305;
+    for (int i = 0; i < steps; ++i) {
+      if (lazy) {
+        Handle loss = net.lazy_loss(xs);
+        bench::check(koila_backward(loss.get()), "koila_backward");
+        net.zero_grad_lazy();
+      } else {
+        eager_net.eager_step(xs);
+        eager_net.zero_grad();
+      }
+    }
+    return 0;
+  }
 
   Handle first = net.lazy_loss(xs);
   const double first_plan = plan_seconds(first.get());

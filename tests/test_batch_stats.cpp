@@ -8,7 +8,10 @@
 // statistics as they were. The real-model side (torchvision's batch-norm CNNs against
 // PyTorch's own chunked run) is in tests/corpus.
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/serialization/import.h>
+
 #include <unistd.h>
+#include <functional>
 
 #include "helpers.h"
 #include "module/module.h"
@@ -283,9 +286,43 @@ torch::jit::Module one_batch_norm(const std::string& name) {
       "                            self.training, 0.1, 1e-5, False)\n");
 }
 
-// koila_module_load routes a module's batch norms through koila (batch_norm_route.h):
-// afterwards no graph of its compilation unit calls aten::batch_norm, and the module
-// computes what it computed before (eval and train mode, against LibTorch's kernel).
+// Counts the calls of `aten::<name>` and `koila::<name>` in graphs.
+std::pair<size_t, size_t> count_calls(const std::vector<std::shared_ptr<torch::jit::Graph>>& graphs, const char* name) {
+  size_t aten = 0, koila = 0;
+  const c10::Symbol a = c10::Symbol::fromQualString(std::string("aten::") + name);
+  const c10::Symbol k = c10::Symbol::fromQualString(std::string("koila::") + name);
+  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* block) {
+    for (torch::jit::Node* n : block->nodes()) {
+      aten += n->kind() == a;
+      koila += n->kind() == k;
+      for (torch::jit::Block* inner : n->blocks()) walk(inner);
+    }
+  };
+  for (const auto& g : graphs) walk(g->block());
+  return {aten, koila};
+}
+
+// Every graph of the module's compilation unit (methods and free functions).
+std::vector<std::shared_ptr<torch::jit::Graph>> unit_graphs(const torch::jit::Module& m) {
+  std::vector<std::shared_ptr<torch::jit::Graph>> graphs;
+  for (torch::jit::Function* fn : m._ivalue()->compilation_unit()->get_functions())
+    if (fn->isGraphFunction()) graphs.push_back(torch::jit::toGraphFunction(*fn).graph());
+  return graphs;
+}
+
+// The method graphs of a module and its submodules.
+std::vector<std::shared_ptr<torch::jit::Graph>> method_graphs(const torch::jit::Module& m) {
+  std::vector<std::shared_ptr<torch::jit::Graph>> graphs;
+  for (const torch::jit::Module& sub : m.modules())
+    for (const torch::jit::Method& method : sub.get_methods()) graphs.push_back(method.graph());
+  return graphs;
+}
+
+// A module call runs koila's batch norm (op_routes.h): the clone a call runs (its graphs
+// inlined) calls koila::batch_norm and no aten::batch_norm, while the loaded module's
+// compilation unit keeps aten::batch_norm (what koila_module_save writes, which PyTorch
+// loads); the module computes what it computed before (eval and train mode, against
+// LibTorch's kernel).
 TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
   at::manual_seed(12);
   torch::jit::Module bn = one_batch_norm("BatchNormRouted");
@@ -295,16 +332,21 @@ TEST(BatchStats, LoadedModulesCallKoilasBatchNorm) {
   koila_module* raw = nullptr;
   ASSERT_OK(koila_module_load(&raw, path.c_str(), "cpu"));
   std::unique_ptr<koila_module, decltype(&koila_module_free)> loaded(raw, koila_module_free);
-  size_t aten = 0, koila = 0;
-  for (torch::jit::Function* fn : loaded->module._ivalue()->compilation_unit()->get_functions()) {
-    if (!fn->isGraphFunction()) continue;
-    for (const torch::jit::Node* n : torch::jit::toGraphFunction(*fn).graph()->nodes()) {
-      aten += n->kind() == c10::Symbol::fromQualString("aten::batch_norm");
-      koila += n->kind() == c10::Symbol::fromQualString("koila::batch_norm");
-    }
+  EXPECT_EQ(count_calls(unit_graphs(loaded->module), "batch_norm"), std::make_pair(size_t{1}, size_t{0}));
+  {
+    Handle x = from_aten(at::randn({2, 3, 2, 2}));
+    koila_tensor* in[] = {x.get()};
+    Handle y = CALL(koila_module_forward, loaded.get(), in, 1);
   }
-  EXPECT_EQ(aten, 0u);
-  EXPECT_EQ(koila, 1u);
+  ASSERT_TRUE(loaded->runnable.has_value());
+  EXPECT_EQ(count_calls(method_graphs(*loaded->runnable), "batch_norm").first, 0u);
+  EXPECT_GE(count_calls(method_graphs(*loaded->runnable), "batch_norm").second, 1u);
+  EXPECT_EQ(count_calls(method_graphs(loaded->module), "batch_norm").second, 0u);
+  // What koila saves calls LibTorch's operators only.
+  const std::string saved = dir / "saved.pt";
+  ASSERT_OK(koila_module_save(loaded.get(), saved.c_str()));
+  const torch::jit::Module reloaded = torch::jit::load(saved);
+  EXPECT_EQ(count_calls(unit_graphs(reloaded), "batch_norm"), std::make_pair(size_t{1}, size_t{0}));
   const at::Tensor xs = at::randn({6, 3, 2, 2});
   for (int train : {0, 1}) {
     SCOPED_TRACE(train ? "train" : "eval");

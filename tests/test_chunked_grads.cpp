@@ -5,7 +5,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "helpers.h"
+#include "grad_helpers.h"
 #include "plan/memo.h"
 #include "run/analysis.h"
 #include "run/chunked_run.h"
@@ -15,85 +15,6 @@
 using namespace koila_test;
 
 namespace {
-
-// Copies of the parameters' .grad (undefined where absent).
-std::vector<at::Tensor> grad_copies(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> g;
-  for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  return g;
-}
-
-// The MNIST MLP, 784 -> 512 -> 10, over a lazy batch, with its eager twin.
-struct MnistMlp {
-  std::vector<at::Tensor> params;
-  std::vector<Handle> handles;
-  at::Tensor xs, ys;
-  Handle x, y, loss;
-
-  explicit MnistMlp(int64_t batch, uint64_t seed = 13) {
-    at::manual_seed(static_cast<int64_t>(seed));
-    for (const auto& shape : std::vector<std::vector<int64_t>>{{512, 784}, {512}, {10, 512}, {10}}) {
-      params.push_back((at::randn(shape) * 0.03).set_requires_grad(true));
-      handles.push_back(koila_models::share(params.back()));
-    }
-    xs = at::randn({batch, 784});
-    ys = at::randint(10, {batch}, at::kLong);
-    x = koila_models::lazy(xs, 0);
-    y = koila_models::lazy(ys, 0);
-    Handle h = CALL(koila_linear, x.get(), handles[0].get(), handles[1].get());
-    h = CALL(koila_relu, h.get());
-    h = CALL(koila_linear, h.get(), handles[2].get(), handles[3].get());
-    loss = CALL(koila_cross_entropy, h.get(), y.get(), KOILA_REDUCTION_MEAN);
-  }
-
-  // PyTorch's gradients of the loss (the .grad are left absent).
-  std::vector<at::Tensor> eager_grads() const {
-    set_grads_absent();
-    at::cross_entropy_loss(at::linear(at::relu(at::linear(xs, params[0], params[1])), params[2], params[3]), ys)
-        .backward();
-    std::vector<at::Tensor> g;
-    for (const at::Tensor& p : params) g.push_back(p.grad().clone());
-    set_grads_absent();
-    return g;
-  }
-  void set_grads_absent() const {
-    for (const at::Tensor& p : params) p.mutable_grad() = at::Tensor();
-  }
-  void set_grads_zero() const {
-    for (const at::Tensor& p : params) p.mutable_grad() = at::zeros_like(p);
-  }
-  void set_grads(const std::vector<at::Tensor>& g) const {
-    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g[i].clone();
-  }
-  // The three ways a .grad can stand before a backward: 0 absent, 1 zero, 2 holding `held`.
-  const char* set_grad_state(int state, const std::vector<at::Tensor>& held) const {
-    if (state == 0) set_grads_absent();
-    if (state == 1) set_grads_zero();
-    if (state == 2) set_grads(held);
-    return state == 0 ? "absent" : state == 1 ? "zero" : "held";
-  }
-  uint64_t grad_bytes() const {
-    uint64_t b = 0;
-    for (const at::Tensor& p : params) b += p.numel() * p.element_size();
-    return b;
-  }
-  uint64_t largest_grad_bytes() const {
-    uint64_t b = 0;
-    for (const at::Tensor& p : params) b = std::max<uint64_t>(b, p.numel() * p.element_size());
-    return b;
-  }
-  std::vector<at::Tensor> grads() const { return grad_copies(params); }
-};
-
-void expect_grads(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(got[i].defined()) << what << ": gradient " << i << " absent";
-    const double scale = want[i].abs().max().item<double>();
-    const double diff = (got[i] - want[i]).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-4 * scale + 1e-6) << what << ": gradient " << i << " differs by " << diff;
-  }
-}
 
 // Bit for bit, absent where absent.
 void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, const std::string& what) {
@@ -106,16 +27,6 @@ void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tenso
   }
 }
 
-// Runs koila_backward; returns the measured peak beyond what was in use before.
-uint64_t backward_extra(const koila_tensor* loss) {
-  const uint64_t before = current_cpu();
-  koila_status_free(koila_memory_reset_peak("cpu"));
-  koila_status* s = koila_backward(loss);
-  EXPECT_EQ(s, nullptr) << koila_status_message(s);
-  koila_status_free(s);
-  return peak_cpu() - before;
-}
-
 }  // namespace
 
 // The target: the MLP at batch 9 with zeroed gradients (the usual zero_grad ->
@@ -126,19 +37,15 @@ TEST(ChunkedGrads, MnistMlpSplitsUnderABudgetBelowItsUnsplitNeed) {
   MnistMlp m(9);
   const auto expected = m.eager_grads();
   m.set_grads_zero();
-  const uint64_t unsplit = koila::estimate_extra(m.loss->node, koila::RunMode::Training, -1);
-  uint64_t chunked = UINT64_MAX;
-  int64_t chunk = 0;
-  for (int64_t c : {8, 4, 2, 1}) {
-    const uint64_t e = koila::estimate_extra(m.loss->node, koila::RunMode::Training, c);
-    if (e < chunked) chunked = e, chunk = c;
-  }
+  const SmallestSplit split(m.loss.get(), {8, 4, 2, 1});
+  const uint64_t unsplit = split.unsplit, chunked = split.chunked;
+  const int64_t chunk = split.chunk;
   ASSERT_LT(chunked, unsplit) << "chunks of " << chunk << " are estimated no smaller than the unsplit run";
   // A budget below the unsplit run's need (its estimate with the planner's margin) that
   // fits the chunks.
   const uint64_t current = current_cpu();
-  const uint64_t budget = current + static_cast<uint64_t>(static_cast<double>(chunked) * (1 + koila::kMargin)) + 1;
-  ASSERT_LT(budget, current + static_cast<uint64_t>(static_cast<double>(unsplit) * (1 + koila::kMargin)));
+  const uint64_t budget = split.budget(current);
+  ASSERT_LT(budget, split.unsplit_budget(current));
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   const PlanInfo p = plan_of(m.loss.get(), KOILA_MODE_TRAINING);
   EXPECT_GT(p.chunks, 1) << p.text;
@@ -244,7 +151,10 @@ TEST(ChunkedGrads, AFailureMidwayLeavesEveryGradAsItWas) {
 }
 
 // Through the planner: when no chunk fits for real, every attempt (unsplit, then halved
-// chunks down to one sample) fails, and .grad are as they were before the call.
+// chunks down to one sample) fails, and .grad are as they were before the call. The limit
+// is below the largest gradient: absent .grad must be made, held ones snapshotted. Zeroed
+// .grad take the weight gradients inside the product (fused_grads.h), so that run fits
+// under this limit; it runs out of memory under a limit below its activations.
 TEST(ChunkedGrads, OutOfMemoryAfterEveryRetryLeavesGradsAsTheyWere) {
   BudgetGuard restore;
   MnistMlp m(64, 8);
@@ -257,6 +167,17 @@ TEST(ChunkedGrads, OutOfMemoryAfterEveryRetryLeavesGradsAsTheyWere) {
     koila_status* s = koila_backward(m.loss.get());
     koila::testing::set_cpu_limit(0);
     koila::testing::set_estimate_scale(1.0);
+    if (state == 1) {
+      EXPECT_EQ(s, nullptr) << koila_status_message(s);
+      koila_status_free(s);
+      expect_grads(m.grads(), expected, "zeroed .grad, fused");
+      m.set_grads_zero();
+      koila::testing::set_estimate_scale(0.01);
+      koila::testing::set_cpu_limit(current_cpu() + 1024);
+      s = koila_backward(m.loss.get());
+      koila::testing::set_cpu_limit(0);
+      koila::testing::set_estimate_scale(1.0);
+    }
     EXPECT_EQ(koila_status_code(s), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(s);
     koila_status_free(s);
     expect_same(m.grads(), before, "after running out of memory");

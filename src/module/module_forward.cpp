@@ -9,10 +9,10 @@
 
 #include "base/error.h"
 #include "module/batch_inference.h"
-#include "module/batch_norm_route.h"
 #include "module/call.h"
 #include "module/call_errors.h"
 #include "module/inference_memo.h"
+#include "module/op_routes.h"
 #include "module/twin.h"
 
 namespace koila {
@@ -74,7 +74,7 @@ std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& 
   if (!m.runnable) {
     try {
       m.runnable = m.module.clone(/*inplace=*/true);
-      route_batch_norms(*m.runnable);  // done at koila_module_load already, unless made otherwise
+      route_ops(*m.runnable);  // the clone's graphs only: the loaded module saves as it was loaded
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {

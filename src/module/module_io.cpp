@@ -3,7 +3,6 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "base/error.h"
-#include "module/batch_norm_route.h"
 #include "module/module.h"
 #include "module/pt2_archive.h"
 #include "module/pt2_program.h"
@@ -42,7 +41,8 @@ void load_module(LoadedModule& m, const std::string& path, const c10::Device& de
                                "' (missing, unreadable or corrupt): " + torch_complaint(e));
     }
   }
-  route_batch_norms(m.module);  // before anything runs it
+  // Its graphs stay as loaded (what koila_module_save writes); calls run a routed clone
+  // (op_routes.h).
 }
 
 void save_module(const LoadedModule& m, const std::string& path) {

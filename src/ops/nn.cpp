@@ -6,6 +6,7 @@
 
 #include "ops/common.h"
 #include "run/batch_stats.h"
+#include "run/fused_grads.h"
 
 using namespace koila;
 using batch::Metas;
@@ -174,7 +175,7 @@ NodePtr linear(const char* name, const NodePtr& input, const NodePtr& w, const N
   if (rank_of(input) == 0) fail(KOILA_ERROR_SHAPE, "linear needs an input of rank 1 or more, got a scalar");
   if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
   OpSpec spec{.name = name,
-              .run = [](const Tensors& in, const Node&) { return at::linear(in[0], in[1], in[2]); },
+              .run = [](const Tensors& in, const Node&) { return fused_linear(in[0], in[1], in[2]); },
               .batch = batch::same_dims_except({rank_of(input) - 1}, "contracts")};
   // LibTorch's meta kernels (1.13) accept mixed dtypes, where running linear does not.
   if (w->meta.dtype != input->meta.dtype || (b && b->meta.dtype != input->meta.dtype))

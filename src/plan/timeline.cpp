@@ -14,6 +14,19 @@ namespace {
 
 constexpr const char* kBackwardPrefix = "autograd::engine::evaluate_function: ";
 
+// A C++ autograd function's node is named after its class
+// ("torch::autograd::CppNode<koila::(anonymous namespace)::FusedLinear>"): shown as the
+// class's own name with "Backward" ("FusedLinearBackward"), as LibTorch names its nodes.
+std::string readable(std::string name) {
+  const size_t open = name.find("CppNode<");
+  const size_t close = name.rfind('>');
+  if (open == std::string::npos || close == std::string::npos || close < open) return name;
+  std::string inner = name.substr(open + 8, close - open - 8);
+  const size_t colon = inner.rfind("::");
+  if (colon != std::string::npos) inner = inner.substr(colon + 2);
+  return inner + "Backward";
+}
+
 // The recording on this thread, while record_timeline() simulates.
 struct Recorder : RunObserver {
   MetaAllocationScope* scope = nullptr;
@@ -76,6 +89,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || name.rfind(kBackwardPrefix, 0) == 0) {
     phase = Phase::Backward;
     if (name.rfind(kBackwardPrefix, 0) == 0) name = name.substr(std::strlen(kBackwardPrefix));
+    name = readable(std::move(name));
   }
   try {
     r->event(std::move(name), phase);

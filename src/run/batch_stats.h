@@ -7,7 +7,7 @@
 //
 // How: every batch norm call, koila's op and those inside TorchScript modules alike, goes
 // through observed_batch_norm (modules' graphs call it as koila::batch_norm, see
-// batch_norm_route.h), which shows the chunked pass of this thread its arguments before
+// op_routes.h), which shows the chunked pass of this thread its arguments before
 // it runs: the input, the running statistics and the factor it will update them with. (A
 // RecordFunction observer did this before, at the cost of seeing every op's arguments:
 // +28% on chunked steps of the corpus's batch-norm models.) Per chunk, it keeps each call's

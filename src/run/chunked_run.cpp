@@ -10,6 +10,7 @@
 #include "base/pointer_index.h"
 #include "run/batch_stats.h"
 #include "run/executor.h"
+#include "run/fused_grads.h"
 #include "run/zeroed_grads.h"
 
 namespace koila {
@@ -144,8 +145,11 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 // are copies (into_copied_leaves) add into the copies' .grad as a committed run does.
 class GradientTarget {
  public:
-  GradientTarget(const ChunkRun& run, const c10::Device& device)
-      : run_(run), into_grad_(run.commit || run.into_copied_leaves), host_(device.type() != c10::kCPU) {}
+  GradientTarget(const ChunkRun& run, const c10::Device& device, const GradFusion& fusion)
+      : run_(run),
+        into_grad_(run.commit || run.into_copied_leaves),
+        host_(device.type() != c10::kCPU),
+        fusion_(fusion) {}
   GradientTarget(const GradientTarget&) = delete;
   GradientTarget& operator=(const GradientTarget&) = delete;
   ~GradientTarget() {
@@ -201,6 +205,7 @@ class GradientTarget {
       return;
     }
     prepare(leaves, starts);
+    const GradFusion::Backward fused(fusion_);  // weight gradients added straight into .grad
     accumulate_gradients(outputs, grad_outputs, leaves, retain);
   }
 
@@ -269,6 +274,7 @@ class GradientTarget {
   const ChunkRun& run_;
   const bool into_grad_;  // gradients go into the leaves' .grad (committed runs, copied leaves)
   const bool host_;
+  const GradFusion& fusion_;
   std::vector<Entry> entries_;
   PointerIndex<c10::TensorImpl> index_;  // the leaf's position in entries_
   bool finished_ = false;
@@ -357,6 +363,10 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
 
 void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   const bool retain = reaches_eager_history(a.nodes());
+  // Passes whose gradients go into .grad run linear layers that may add their weight
+  // gradients into it directly (fused_grads.h); where gradients are computed whole, the
+  // backward runs outside a GradFusion::Backward and nothing is fused.
+  const GradFusion fusion(run.commit || run.into_copied_leaves);
   if (!a.splits(run.chunk)) {
     ChunkStats stats(stats_handling(a, run), a.nodes());
     EvalOptions options = options_for(run);
@@ -365,7 +375,11 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     if (shows_gradients(run)) counts.observe(options, run);
     Tensors leaves;
     options.reached_leaves = &leaves;
-    at::Tensor value = evaluate(a.whole, options)[0];
+    at::Tensor value;
+    {
+      const GradFusion::Forward fusing(fusion);
+      value = evaluate(a.whole, options)[0];
+    }
     if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
     if (leaves.empty()) no_leaves();
     mark_phase(run, Phase::Backward);
@@ -380,7 +394,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       // first, as below, costs the engine a pass over the graph to find the leaves' edges,
       // and an addition per leaf after it.)
       c10::NoGradGuard outside;
-      GradientTarget target(run, root->meta.device);
+      GradientTarget target(run, root->meta.device, fusion);
       target.backward({value}, {}, leaves, retain, &starts);
       stats.end_chunk();
       stats.prepare();
@@ -403,7 +417,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   // d loss / d boundary, and the gradients the rest of the graph contributes directly.
   Tensors upstream(n);
   std::vector<double> totals(n, 0);
-  GradientTarget target(run, root->meta.device);
+  GradientTarget target(run, root->meta.device, fusion);
   if (!a.root_is_boundary) {
     // Its statistics are put back: the loop below computes them again.
     ChunkStats combining(stats_handling(a, run), a.nodes());
@@ -453,7 +467,11 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
-    Tensors values = evaluate(a.at_boundaries, options);
+    Tensors values;
+    {
+      const GradFusion::Forward fusing(fusion);
+      values = evaluate(a.at_boundaries, options);
+    }
     Tensors grad_outputs(n);
     for (size_t k = 0; k < n; ++k) {
       const Node& b = *a.boundaries[k];

@@ -1,0 +1,78 @@
+// Weight gradients added straight into .grad (issue 28, item 2). A pass whose gradients go
+// into the leaves' .grad (a committed run, or a probe into copied leaves: GradientTarget in
+// chunked_run.cpp) runs linear layers through fused_linear. When the backward reaches such a
+// layer while its weight already has a .grad (every chunk after the first, or a .grad zeroed
+// in place), the weight gradient is added into that .grad by the matrix product itself
+// (addmm_) instead of being made as a fresh tensor that AccumulateGrad then adds: a split
+// run holds no weight-sized temporary per layer on top of the gradients, so splitting pays
+// for models whose large fully connected layers dominate. Where the weight has no .grad yet
+// (the first chunk), the gradient is made and handed to AccumulateGrad as LibTorch does,
+// which keeps it as the .grad without a copy.
+//
+// The same code runs in the planner's simulations on meta tensors (the stand-ins' meta .grad
+// take the additions), so what is estimated is what runs. Gradients equal the unfused ones
+// up to float rounding (one addition inside the product rather than after it).
+//
+// Not fused (the gradient goes through AccumulateGrad as before): passes whose gradients are
+// computed whole and added afterwards (a .grad holding earlier gradients before an unsplit
+// backward, probes, the tail after a reduction), a backward that records a graph
+// (create_graph), and weights whose .grad is not a plain dense tensor of the weight's shape,
+// dtype and device. Hooks registered on a fused weight see no gradient of that layer.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace koila {
+
+// One pass that may fuse. While a Forward scope of it lives, linear layers run on this
+// thread record the pass; while a Backward scope lives, their backward (on whichever thread
+// autograd runs it) adds into .grad. `on` false: a pass that fuses nothing.
+class GradFusion {
+ public:
+  explicit GradFusion(bool on);
+  GradFusion(const GradFusion&) = delete;
+  GradFusion& operator=(const GradFusion&) = delete;
+
+  class Forward {
+   public:
+    explicit Forward(const GradFusion& fusion);
+    ~Forward();
+    Forward(const Forward&) = delete;
+    Forward& operator=(const Forward&) = delete;
+
+   private:
+    uint64_t previous_;
+  };
+
+  class Backward {
+   public:
+    explicit Backward(const GradFusion& fusion);
+    ~Backward();
+    Backward(const Backward&) = delete;
+    Backward& operator=(const Backward&) = delete;
+
+   private:
+    uint64_t id_;
+  };
+
+ private:
+  uint64_t id_;  // 0: off
+};
+
+// at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
+// requiring grad, through an autograd function whose backward fuses as described above.
+at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias);
+
+// How many weight gradients were added straight into .grad so far in this process (tests).
+uint64_t fused_weight_gradients();
+
+namespace testing {
+// Turns fusion off (false) for the passes that start afterwards, or on again (the default):
+// benchmarks compare the two in one process. Records of graphs planned before keep what
+// they measured (forget them: plan/memo.h).
+void set_grad_fusion(bool on);
+}  // namespace testing
+
+}  // namespace koila

@@ -1,0 +1,160 @@
+// Issue 28, item 2: in a backward whose gradients go into .grad, linear layers add their
+// weight gradients into the weight's .grad inside the matrix product (run/fused_grads.h),
+// so that a split run holds no weight-sized temporary per layer and splitting pays where
+// gradients dominate. Checked against eager LibTorch's gradients and koila's allocator.
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <functional>
+
+#include "grad_helpers.h"
+#include "module/module.h"
+#include "module_helpers.h"
+#include "plan/memo.h"
+#include "plan/planner.h"
+#include "run/chunked_run.h"
+#include "run/fused_grads.h"
+#include "scripted_models.h"
+#include "temp_dir.h"
+
+using namespace koila_test;
+
+namespace {
+
+// The original project's MNIST MLP (its README): 784 -> 512 -> 512 -> 10 with ReLU.
+const std::vector<int64_t> kOriginalMnistMlp = {784, 512, 512, 10};
+
+// Sets the CPU budget to what is held now plus the estimate for chunks of `chunk` samples
+// with the planner's margin: the planner picks that chunk when nothing larger fits.
+void budget_just_for_chunk(const koila_tensor* t, int64_t chunk) {
+  ASSERT_OK(koila_set_memory_budget("cpu", SmallestSplit(t, {chunk}).budget(current_cpu())));
+}
+
+double error(uint64_t estimated, uint64_t measured) {
+  return (static_cast<double>(estimated) - static_cast<double>(measured)) / static_cast<double>(measured);
+}
+
+}  // namespace
+
+// The issue's case: the original project's MNIST MLP at batch 9, .grad absent (the first
+// step, or zero_grad(set_to_none=True)). Unfused, every chunk after the first made a fresh
+// 1.6 MB weight gradient before adding it into .grad, and no split plan needed less than
+// the unsplit run. Fused, chunks need less, a budget below the unsplit need runs split
+// within it, the estimates match what the runs measure, and the gradients are PyTorch's.
+TEST(FusedGrads, TheOriginalMnistMlpSplitsBelowItsUnsplitNeed) {
+  BudgetGuard restore;
+  MnistMlp m(9, 21, kOriginalMnistMlp);
+  const auto expected = m.eager_grads();
+  const SmallestSplit split(m.loss.get(), {8, 4, 2, 1});
+  const uint64_t unsplit = split.unsplit, chunked = split.chunked;
+  ASSERT_LT(chunked, unsplit) << "chunks of " << split.chunk << " are estimated no smaller than the unsplit run";
+  const uint64_t current = current_cpu();
+  const uint64_t budget = split.budget(current);
+  ASSERT_LT(budget, split.unsplit_budget(current));
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  const PlanInfo p = plan_of(m.loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_GT(p.chunks, 1) << p.text;
+  const uint64_t fused_before = koila::fused_weight_gradients();
+  const uint64_t extra = backward_extra(m.loss.get());
+  const uint64_t fused = koila::fused_weight_gradients() - fused_before;
+  EXPECT_LE(current + extra, budget) << p.text;
+  // Three weights, each fused in every chunk after the first.
+  EXPECT_EQ(fused, 3u * static_cast<uint64_t>(p.chunks - 1));
+  expect_grads(m.grads(), expected, "split", 1e-5);
+  EXPECT_LE(std::abs(error(chunked, extra)), 0.01) << "estimated " << chunked << ", measured " << extra;
+
+  m.set_grads_absent();
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  const uint64_t unsplit_measured = backward_extra(m.loss.get());
+  expect_grads(m.grads(), expected, "unsplit", 1e-5);
+  EXPECT_LT(extra, unsplit_measured);
+  EXPECT_LE(std::abs(error(unsplit, unsplit_measured)), 0.01)
+      << "estimated " << unsplit << ", measured " << unsplit_measured;
+  std::printf(
+      "[ original mnist mlp, batch 9, absent .grad ] unsplit estimated %llu B, measured %llu B; chunks of %lld "
+      "estimated %llu B, measured %llu B (%lld chunks, %llu weight gradients fused)\n",
+      static_cast<unsigned long long>(unsplit), static_cast<unsigned long long>(unsplit_measured),
+      static_cast<long long>(p.chunk), static_cast<unsigned long long>(chunked), static_cast<unsigned long long>(extra),
+      static_cast<long long>(p.chunks), static_cast<unsigned long long>(fused));
+  m.set_grads_absent();
+}
+
+// A .grad that holds earlier gradients: an unsplit backward computes this call's gradients
+// whole (nothing fused, so that a failure leaves .grad as it was) and adds them; a split one
+// fuses into the zeroed .grad and adds the earlier values back. Both equal earlier + new.
+TEST(FusedGrads, HeldGradientsAddUpSplitOrNot) {
+  MnistMlp m(16, 22, kOriginalMnistMlp);
+  const auto fresh = m.eager_grads();
+  std::vector<at::Tensor> held;
+  for (const at::Tensor& p : m.params) held.push_back(at::randn(p.sizes()));
+  std::vector<at::Tensor> expected;
+  for (size_t i = 0; i < held.size(); ++i) expected.push_back(held[i] + fresh[i]);
+  for (int64_t chunk : {int64_t{-1}, int64_t{4}}) {
+    SCOPED_TRACE(chunk < 0 ? "unsplit" : "chunks of 4");
+    for (size_t i = 0; i < held.size(); ++i) m.params[i].mutable_grad() = held[i].clone();
+    // (The planner prefers the unsplit run here: a split one snapshots the held .grad.)
+    const uint64_t fused_before = koila::fused_weight_gradients();
+    koila::ChunkRun run;
+    run.chunk = chunk;
+    koila::backward_chunks(m.loss->node, koila::analysis_of(m.loss->node, koila::RunMode::Training), run);
+    const uint64_t fused = koila::fused_weight_gradients() - fused_before;
+    // Unsplit: computed whole, nothing fused; split: .grad zeroed for the call, every chunk fuses.
+    EXPECT_EQ(fused, chunk < 0 ? 0u : 3u * 4u);
+    expect_grads(m.grads(), expected, chunk < 0 ? "unsplit" : "split");
+  }
+  m.set_grads_absent();
+}
+
+// TorchScript modules: the linear layers of the clone a call runs are koila::linear
+// (op_routes.h), so a split backward fuses there too; gradients equal LibTorch's own run
+// of the module, and what koila_module_save writes still calls aten::linear.
+TEST(FusedGrads, ModulesFuseTheirLinearLayers) {
+  BudgetGuard restore;
+  torch::jit::Module net = scripted::mlp(31, "tanh");
+  ModuleHandle m = wrap(net);
+  at::manual_seed(32);
+  const at::Tensor xs = at::randn({32, 784});
+  const at::Tensor ys = at::randint(10, {32}, at::kLong);
+  clear_grads(net);
+  at::cross_entropy_loss(net.forward({xs}).toTensor(), ys).backward();
+  const std::vector<at::Tensor> expected = grads_of(net);
+  clear_grads(net);
+
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle out = forward(m.get(), {x.get()});
+  Handle loss = CALL(koila_cross_entropy, out.get(), y.get(), KOILA_REDUCTION_MEAN);
+  budget_just_for_chunk(loss.get(), 8);
+  const PlanInfo p = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  ASSERT_EQ(p.chunks, 4) << p.text;
+  const uint64_t fused_before = koila::fused_weight_gradients();
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_EQ(koila::fused_weight_gradients() - fused_before, 2u * 3u);  // two layers, chunks 2 to 4
+  expect_grads(grads_of(net), expected, "module, split");
+  clear_grads(net);
+
+  const koila_tests::TempDir dir("koila_fused_");
+  const std::string path = dir / "mlp.pt";
+  ASSERT_OK(koila_module_save(m.get(), path.c_str()));
+  size_t koila_ops = 0, linears = 0;
+  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* block) {
+    for (torch::jit::Node* n : block->nodes()) {
+      koila_ops += n->kind().ns() == c10::Symbol::fromQualString("namespaces::koila");
+      linears += n->kind() == c10::Symbol::fromQualString("aten::linear");
+      for (torch::jit::Block* inner : n->blocks()) walk(inner);
+    }
+  };
+  const torch::jit::Module reloaded = torch::jit::load(path);
+  for (const torch::jit::Module& sub : reloaded.modules())
+    for (const torch::jit::Method& method : sub.get_methods()) walk(method.graph()->block());
+  EXPECT_EQ(koila_ops, 0u);
+  EXPECT_EQ(linears, 2u);
+}
+
+// Outside a backward into .grad (a forward, a read with gradients off, an eager call),
+// koila's linear is LibTorch's: nothing is fused and the values are equal bit for bit.
+TEST(FusedGrads, ForwardsAreLibTorchsLinear) {
+  MnistMlp m(8, 23, kOriginalMnistMlp);
+  const uint64_t fused_before = koila::fused_weight_gradients();
+  const at::Tensor lazy = to_aten(m.loss.get());
+  EXPECT_TRUE(at::equal(lazy, m.eager_loss().detach()));
+  EXPECT_EQ(koila::fused_weight_gradients(), fused_before);
+}
