@@ -173,7 +173,11 @@ KOILA_API koila_status *koila_tensor_set_requires_grad(koila_tensor *t, int flag
    gradients (mean and sum reductions over the batch are scaled exactly, also for uneven
    chunks). Gradients add into existing .grad, as in PyTorch. A lazy loss may be
    backpropagated any number of times (each call evaluates it again); a failed call
-   leaves every gradient as it was. */
+   leaves every gradient as it was. Where a weight already has a .grad (every chunk after
+   the first, or a .grad zeroed in place), linear layers add their weight gradient into it
+   inside the matrix product, and in chunked runs convolutions add theirs in eighths of
+   their output channels, instead of making a whole new gradient first (values equal up to
+   float rounding); koila's ops and the linear and convolution layers of modules alike. */
 KOILA_API koila_status *koila_backward(const koila_tensor *loss);
 /* The gradient of a concrete leaf (or of the tensor a lazy input wraps); *out is NULL
    when there is none. The returned tensor aliases the gradient. */

@@ -18,6 +18,15 @@ constexpr const char* kBatchNormSchema =
     "batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
     "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor";
 constexpr const char* kLinearSchema = "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor";
+// aten::conv1d, conv2d and conv3d's default overloads (not those taking padding="same").
+constexpr const char* kConvSchemas[] = {
+    "conv1d(Tensor input, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1] padding=0, int[1] dilation=1, "
+    "int groups=1) -> Tensor",
+    "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
+    "int groups=1) -> Tensor",
+    "conv3d(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride=1, int[3] padding=0, int[3] dilation=1, "
+    "int groups=1) -> Tensor",
+};
 
 // Defined once per process, when the first module is routed (a static TORCH_LIBRARY would
 // be registered twice by a program holding two copies of koila's objects).
@@ -29,6 +38,7 @@ void define_operators() {
     // constant expressions. Composite: autograd sees what the kernels call.
     library.def(kBatchNormSchema, &observed_batch_norm);
     library.def(kLinearSchema, &fused_linear);
+    for (const char* schema : kConvSchemas) library.def(schema, &fused_convolution);
   });
 }
 
@@ -44,7 +54,8 @@ size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes) {
     const Route* route = nullptr;
     for (const Route& r : routes)
       if (node->kind() == r.from) route = &r;
-    if (!route) continue;
+    // The default overload only (aten::conv2d.padding takes a string).
+    if (!route || !node->maybeSchema() || !node->maybeSchema()->overload_name().empty()) continue;
     torch::jit::Graph* graph = node->owningGraph();
     torch::jit::Node* call = graph->create(route->to, node->inputs(), node->outputs().size());
     call->insertBefore(node);
@@ -66,6 +77,9 @@ size_t route_ops(const torch::jit::Module& runnable) {
   const std::vector<Route> routes = {
       {c10::Symbol::fromQualString("aten::batch_norm"), c10::Symbol::fromQualString("koila::batch_norm")},
       {c10::Symbol::fromQualString("aten::linear"), c10::Symbol::fromQualString("koila::linear")},
+      {c10::Symbol::fromQualString("aten::conv1d"), c10::Symbol::fromQualString("koila::conv1d")},
+      {c10::Symbol::fromQualString("aten::conv2d"), c10::Symbol::fromQualString("koila::conv2d")},
+      {c10::Symbol::fromQualString("aten::conv3d"), c10::Symbol::fromQualString("koila::conv3d")},
   };
   size_t count = 0;
   std::unordered_set<const torch::jit::Function*> done;  // (submodules may share a type)

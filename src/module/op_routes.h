@@ -1,11 +1,12 @@
 // Ops inside TorchScript modules and exported programs routed through koila: the graphs a
-// module call runs call koila's operators where they called aten::batch_norm and
-// aten::linear:
+// module call runs call koila's operators where they called aten::batch_norm, aten::linear
+// and aten::conv1d, conv2d, conv3d:
 //   - koila::batch_norm (aten::batch_norm's schema, kernel observed_batch_norm in
 //     batch_stats.h), so that a chunked pass keeping batch statistics per chunk sees each
 //     call's arguments, without an observer of every op;
-//   - koila::linear (aten::linear's schema, kernel fused_linear in fused_grads.h), so that a
-//     chunked backward adds weight gradients straight into .grad.
+//   - koila::linear and koila::conv1d, conv2d, conv3d (aten's schemas, kernels fused_linear
+//     and fused_convolution in fused_grads.h), so that a chunked backward adds weight
+//     gradients straight into .grad.
 // Outside such passes each is its aten operator: same results, same kernels on meta tensors.
 //
 // Only the graphs of the module a call runs (koila's clone of the loaded one, see

@@ -103,11 +103,9 @@ NodePtr convolution(const char* name, const NodePtr& input, const NodePtr& weigh
   const bool batched = rank == static_cast<int64_t>(spatial) + 2;
   const bool two_d = spatial == 2;
   return build(OpSpec{.name = name,
-                      .run =
-                          [s, p, d, groups, two_d](const Tensors& in, const Node&) {
-                            return two_d ? at::conv2d(in[0], in[1], in[2], s, p, d, groups)
-                                         : at::conv1d(in[0], in[1], in[2], s, p, d, groups);
-                          },
+                      .run = [s, p, d, groups, two_d](
+                                 const Tensors& in,
+                                 const Node&) { return fused_convolution(in[0], in[1], in[2], s, p, d, groups); },
                       .batch = batch::same_dims_except(range(batched ? 1 : 0, rank), "convolves")},
                {input, weight, bias});
 }

@@ -366,7 +366,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   // Passes whose gradients go into .grad run linear layers that may add their weight
   // gradients into it directly (fused_grads.h); where gradients are computed whole, the
   // backward runs outside a GradFusion::Backward and nothing is fused.
-  const GradFusion fusion(run.commit || run.into_copied_leaves);
+  const GradFusion fusion(run.commit || run.into_copied_leaves, a.splits(run.chunk));
   if (!a.splits(run.chunk)) {
     ChunkStats stats(stats_handling(a, run), a.nodes());
     EvalOptions options = options_for(run);

@@ -15,6 +15,7 @@ std::atomic<uint64_t> next_id{1};
 std::atomic<bool> fusion_on{true};
 std::atomic<uint64_t> fused_count{0};
 thread_local uint64_t forward_session = 0;  // the pass whose Forward scope this thread is in
+thread_local bool forward_split = false;    // whether that pass runs in several chunks
 
 // The passes whose backward is adding into .grad now (few at a time: one per thread running
 // a backward).
@@ -94,13 +95,123 @@ struct FusedLinearWithBias : torch::autograd::Function<FusedLinearWithBias> {
   }
 };
 
+// Convolution weights are added in slices of their output channels: ATen has no
+// convolution that adds its weight gradient into a tensor, so each slice's gradient is made
+// and added, and the temporary is a slice. Weights under kWholeBytes are added whole (their
+// temporary is small); larger ones in kSlices slices.
+constexpr int64_t kWholeBytes = 1 << 20;
+constexpr int64_t kSlices = 8;
+
+std::vector<int64_t> zeros_like_dims(at::IntArrayRef dims) { return std::vector<int64_t>(dims.size(), 0); }
+
+at::Tensor convolution_forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                               const at::Tensor& b, const std::vector<int64_t>& stride,
+                               const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                               int64_t session) {
+  ctx->save_for_backward({x, w});
+  ctx->saved_data["leaf"] = w;
+  ctx->saved_data["session"] = static_cast<int64_t>(session);
+  ctx->saved_data["bias"] = b.defined();
+  ctx->saved_data["stride"] = stride;
+  ctx->saved_data["padding"] = padding;
+  ctx->saved_data["dilation"] = dilation;
+  return at::convolution(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, stride, padding, dilation,
+                         /*transposed=*/false, zeros_like_dims(stride), /*groups=*/1);
+}
+
+torch::autograd::variable_list convolution_backward(torch::autograd::AutogradContext* ctx,
+                                                    const torch::autograd::variable_list& grads) {
+  const torch::autograd::variable_list saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& w = saved[1];
+  const at::Tensor& go = grads[0];
+  const bool bias = ctx->saved_data["bias"].toBool();
+  const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
+  const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
+  const std::vector<int64_t> dilation = ctx->saved_data["dilation"].toIntVector();
+  const std::vector<int64_t> none = zeros_like_dims(stride);
+  at::Tensor gx, gw, gb;
+  if (!go.defined())
+    return bias ? torch::autograd::variable_list{gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()}
+                : torch::autograd::variable_list{gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
+  const uint64_t session = static_cast<uint64_t>(ctx->saved_data["session"].toInt());
+  const bool wants_w = ctx->needs_input_grad(1);
+  const bool fuse =
+      wants_w && !c10::GradMode::is_enabled() && takes_addition(leaf.grad(), w) && is_accumulating(session);
+  // The bias's gradient apart: oneDNN's kernel computes the weight's whenever the bias's
+  // is asked for, which would make the whole weight gradient that fusing avoids.
+  const std::vector<int64_t> bias_sizes = {w.size(0)};
+  const bool wants_b = bias && ctx->needs_input_grad(2);
+  const bool with_weight = wants_w && !fuse;
+  auto [gi, gwhole, gbias] = at::convolution_backward(
+      go, x, w, with_weight && wants_b ? c10::OptionalIntArrayRef(bias_sizes) : c10::nullopt, stride, padding, dilation,
+      false, none, 1, {ctx->needs_input_grad(0), with_weight, with_weight && wants_b});
+  gx = gi;
+  gw = gwhole;
+  gb = gbias;
+  if (wants_b && !with_weight) {
+    std::vector<int64_t> dims = {0};
+    for (int64_t d = 2; d < go.dim(); ++d) dims.push_back(d);
+    gb = go.sum(dims);
+  }
+  if (fuse) {
+    const int64_t out = w.size(0);
+    const int64_t bytes = w.numel() * static_cast<int64_t>(w.element_size());
+    const int64_t slices = bytes < kWholeBytes ? 1 : std::min<int64_t>(kSlices, out);
+    const int64_t step = (out + slices - 1) / slices;
+    at::Tensor grad = leaf.mutable_grad();
+    for (int64_t o = 0; o < out; o += step) {
+      const int64_t n = std::min(step, out - o);
+      const at::Tensor part =
+          std::get<1>(at::convolution_backward(go.narrow(1, o, n), x, w.narrow(0, o, n), c10::nullopt, stride, padding,
+                                               dilation, false, none, 1, {false, true, false}));
+      grad.narrow(0, o, n).add_(part);
+    }
+    fused_count.fetch_add(1, std::memory_order_relaxed);
+  }
+  return bias ? torch::autograd::variable_list{gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()}
+              : torch::autograd::variable_list{gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+// (Two functions: an undefined bias cannot be an input of an autograd function.)
+struct FusedConvolution : torch::autograd::Function<FusedConvolution> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            std::vector<int64_t> stride, std::vector<int64_t> padding, std::vector<int64_t> dilation,
+                            int64_t session) {
+    return convolution_forward(ctx, x, w, at::Tensor(), stride, padding, dilation, session);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return convolution_backward(ctx, grads);
+  }
+};
+
+struct FusedConvolutionWithBias : torch::autograd::Function<FusedConvolutionWithBias> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& b, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                            std::vector<int64_t> dilation, int64_t session) {
+    return convolution_forward(ctx, x, w, b, stride, padding, dilation, session);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return convolution_backward(ctx, grads);
+  }
+};
+
 }  // namespace
 
-GradFusion::GradFusion(bool on) : id_(on && fusion_on.load() ? next_id.fetch_add(1) : 0) {}
+GradFusion::GradFusion(bool on, bool split) : id_(on && fusion_on.load() ? next_id.fetch_add(1) : 0), split_(split) {}
 
-GradFusion::Forward::Forward(const GradFusion& fusion) : previous_(forward_session) { forward_session = fusion.id_; }
+GradFusion::Forward::Forward(const GradFusion& fusion) : previous_(forward_session), previous_split_(forward_split) {
+  forward_session = fusion.id_;
+  forward_split = fusion.split_;
+}
 
-GradFusion::Forward::~Forward() { forward_session = previous_; }
+GradFusion::Forward::~Forward() {
+  forward_session = previous_;
+  forward_split = previous_split_;
+}
 
 GradFusion::Backward::Backward(const GradFusion& fusion) : id_(fusion.id_) {
   if (id_ == 0) return;
@@ -123,6 +234,31 @@ at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const
     return at::linear(input, weight, bias);
   if (has_bias) return FusedLinearWithBias::apply(input, weight, *bias, static_cast<int64_t>(session));
   return FusedLinear::apply(input, weight, static_cast<int64_t>(session));
+}
+
+at::Tensor fused_convolution(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                             int64_t groups) {
+  const uint64_t session = forward_split ? forward_session : 0;
+  const int64_t spatial = weight.dim() - 2;
+  const bool has_bias = bias.has_value() && bias->defined();
+  const bool plain = spatial >= 1 && spatial <= 3 && input.dim() == weight.dim() && groups == 1 &&
+                     static_cast<int64_t>(stride.size()) == spatial &&
+                     static_cast<int64_t>(padding.size()) == spatial &&
+                     static_cast<int64_t>(dilation.size()) == spatial && input.scalar_type() == weight.scalar_type() &&
+                     (!has_bias || (bias->dim() == 1 && bias->scalar_type() == weight.scalar_type()));
+  if (session == 0 || !plain || !c10::GradMode::is_enabled() || !weight.requires_grad() || !weight.is_leaf()) {
+    switch (spatial) {  // (these take unbatched inputs and one-number arguments too)
+      case 1: return at::conv1d(input, weight, bias, stride, padding, dilation, groups);
+      case 2: return at::conv2d(input, weight, bias, stride, padding, dilation, groups);
+      default: return at::conv3d(input, weight, bias, stride, padding, dilation, groups);
+    }
+  }
+  if (has_bias)
+    return FusedConvolutionWithBias::apply(input, weight, *bias, stride.vec(), padding.vec(), dilation.vec(),
+                                           static_cast<int64_t>(session));
+  return FusedConvolution::apply(input, weight, stride.vec(), padding.vec(), dilation.vec(),
+                                 static_cast<int64_t>(session));
 }
 
 uint64_t fused_weight_gradients() { return fused_count.load(); }

@@ -1,6 +1,7 @@
 // Weight gradients added straight into .grad (issue 28, item 2). A pass whose gradients go
 // into the leaves' .grad (a committed run, or a probe into copied leaves: GradientTarget in
-// chunked_run.cpp) runs linear layers through fused_linear. When the backward reaches such a
+// chunked_run.cpp) runs linear layers through fused_linear, and convolutions through
+// fused_convolution when it is split. When the backward reaches such a
 // layer while its weight already has a .grad (every chunk after the first, or a .grad zeroed
 // in place), the weight gradient is added into that .grad by the matrix product itself
 // (addmm_) instead of being made as a fresh tensor that AccumulateGrad then adds: a split
@@ -31,7 +32,9 @@ namespace koila {
 // autograd runs it) adds into .grad. `on` false: a pass that fuses nothing.
 class GradFusion {
  public:
-  explicit GradFusion(bool on);
+  // `split`: the pass runs in several chunks (convolutions fuse only there, see
+  // fused_convolution).
+  GradFusion(bool on, bool split);
   GradFusion(const GradFusion&) = delete;
   GradFusion& operator=(const GradFusion&) = delete;
 
@@ -44,6 +47,7 @@ class GradFusion {
 
    private:
     uint64_t previous_;
+    bool previous_split_;
   };
 
   class Backward {
@@ -59,11 +63,23 @@ class GradFusion {
 
  private:
   uint64_t id_;  // 0: off
+  bool split_;
 };
 
 // at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
 // requiring grad, through an autograd function whose backward fuses as described above.
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias);
+
+// at::conv1d, conv2d or conv3d (by the weight's rank); inside a Forward scope of a split
+// pass, with grad mode on, a batched input, groups 1 and a weight that is a leaf requiring
+// grad, through an autograd function whose backward adds the weight gradient into its .grad
+// when it exists: ATen has no convolution that adds into a tensor, so weights of 1 MiB or
+// more are added in 8 slices of their output channels, each slice's gradient made and added
+// (the temporary is an eighth of the weight, for as many more calls of the weight-gradient
+// kernel). Only split passes take this path, which costs those calls: an unsplit backward
+// into a zeroed .grad keeps LibTorch's convolution.
+at::Tensor fused_convolution(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
 
 // How many weight gradients were added straight into .grad so far in this process (tests).
 uint64_t fused_weight_gradients();

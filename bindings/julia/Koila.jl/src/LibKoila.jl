@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 8c43f717bd5582478143ed3c189e51662fee1e4ab4ae7eadb8339bba872a92a6
+# Header sha256: ece5cc279279aa88ec8fb935f21f8bc426edf87bdc3c69719807c95574909daa
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -746,7 +746,7 @@ end
 
 C: `koila_status *koila_backward(const koila_tensor *loss);`
 
-Backward from a scalar loss. With a lazy batch, runs forward+backward chunk by chunk under the memory budget and accumulates gradients so that they equal the full-batch gradients (mean and sum reductions over the batch are scaled exactly, also for uneven chunks). Gradients add into existing .grad, as in PyTorch. A lazy loss may be backpropagated any number of times (each call evaluates it again); a failed call leaves every gradient as it was.
+Backward from a scalar loss. With a lazy batch, runs forward+backward chunk by chunk under the memory budget and accumulates gradients so that they equal the full-batch gradients (mean and sum reductions over the batch are scaled exactly, also for uneven chunks). Gradients add into existing .grad, as in PyTorch. A lazy loss may be backpropagated any number of times (each call evaluates it again); a failed call leaves every gradient as it was. Where a weight already has a .grad (every chunk after the first, or a .grad zeroed in place), linear layers add their weight gradient into it inside the matrix product, and in chunked runs convolutions add theirs in eighths of their output channels, instead of making a whole new gradient first (values equal up to float rounding); koila's ops and the linear and convolution layers of modules alike.
 """
 function koila_backward(loss)
     fptr = _fptr_koila_backward[]

@@ -213,7 +213,11 @@ extern "C" {
     #[doc = "gradients (mean and sum reductions over the batch are scaled exactly, also for uneven"]
     #[doc = "chunks). Gradients add into existing .grad, as in PyTorch. A lazy loss may be"]
     #[doc = "backpropagated any number of times (each call evaluates it again); a failed call"]
-    #[doc = "leaves every gradient as it was."]
+    #[doc = "leaves every gradient as it was. Where a weight already has a .grad (every chunk after"]
+    #[doc = "the first, or a .grad zeroed in place), linear layers add their weight gradient into it"]
+    #[doc = "inside the matrix product, and in chunked runs convolutions add theirs in eighths of"]
+    #[doc = "their output channels, instead of making a whole new gradient first (values equal up to"]
+    #[doc = "float rounding); koila's ops and the linear and convolution layers of modules alike."]
     pub fn koila_backward(loss: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
