@@ -15,6 +15,7 @@
 //   usage: bench_planning [repeats] [width] [absent|zeroed]
 //   KOILA_BENCH_PROFILE=lazy|eager: only that kind of step (KOILA_BENCH_STEPS times, default 305),
 //   no table (for perf or callgrind); =blocks: blocks of 20 lazy and 20 eager steps, medians.
+//   KOILA_BENCH_NO_FUSION=1: weight gradients not fused into .grad (as before issue 28).
 //   absent (default): each step ends setting every .grad absent; zeroed: zeroing them in
 //   place (koila_tensor_zero_grad; eagerly Tensor::zero_), as koila_optimizer_zero_grad
 //   and torch.optim's zero_grad(set_to_none=False) do.
@@ -27,6 +28,7 @@
 
 #include "bench_common.h"
 #include "plan/memo.h"
+#include "run/fused_grads.h"
 #include "small_op_graph.h"
 
 namespace {
@@ -62,7 +64,11 @@ int main(int argc, char** argv) {
   const SmallOpGraph net(width, zero_in_place), eager_net(width, zero_in_place);
   const at::Tensor xs = net.input();
 
-  // KOILA_BENCH_PROFILE=lazy|eager: only that kind of step, 300 times after 5 to warm up,
+  // KOILA_BENCH_NO_FUSION=1: linear layers as before issue 28's fusion (fused_grads.h), to
+  // compare step times with and without it.
+  if (const char* off = std::getenv("KOILA_BENCH_NO_FUSION"); off && std::string(off) == "1")
+    koila::testing::set_grad_fusion(false);
+  // KOILA_BENCH_PROFILE=lazy|eager: only that kind of step (KOILA_BENCH_STEPS times),
   // and no table: for a profiler (perf record) to see one kind of step alone.
   if (const char* only = std::getenv("KOILA_BENCH_PROFILE")) {
     const bool lazy = std::string(only) == "lazy";

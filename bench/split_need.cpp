@@ -3,7 +3,7 @@
 // measured peak (koila's allocator, beyond what was in use) of a training step's backward
 // unsplit and in the chunk size whose estimate is smallest. Prints a table.
 //
-//   usage: bench_split_need [module.pt batch channels height width classes]...
+//   usage: bench_split_need [module.pt NxCxHxW classes]...   (any rank: NxCxTxHxW for video)
 //
 // Built in: the original project's MNIST MLP (784-512-512-10) at batch 9, and a classifier
 // whose fully connected layer dominates (conv 3->64, 2x2 pool, linear 16384->2048, 2048->10)
@@ -95,15 +95,16 @@ Model fc_heavy() {
   return m;
 }
 
-Model scripted(const std::string& path, int64_t batch, int64_t c, int64_t h, int64_t w, int64_t classes) {
+Model scripted(const std::string& path, const std::vector<int64_t>& shape, int64_t classes) {
   Model m;
   m.name = path;
-  m.batch = batch;
+  m.batch = shape.at(0);
+  const int64_t batch = m.batch;
   koila_module* raw = nullptr;
   bench::check(koila_module_load(&raw, path.c_str(), "cpu"), "koila_module_load");
   for (const at::Tensor& p : raw->module.parameters()) m.params.push_back(p);
   at::manual_seed(3);
-  Handle x = koila_models::lazy(at::randn({batch, c, h, w}), 0);
+  Handle x = koila_models::lazy(at::randn(shape), 0);
   Handle y = koila_models::lazy(at::randint(classes, {batch}, at::kLong), 0);
   koila_tensor* out = nullptr;
   koila_tensor* in[] = {x.get()};
@@ -156,17 +157,30 @@ void row(const Model& m, bool fused) {
 
 }  // namespace
 
+// "16x3x128x128" -> {16, 3, 128, 128}.
+std::vector<int64_t> shape_of(const std::string& text) {
+  std::vector<int64_t> shape;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t x = text.find('x', start);
+    shape.push_back(std::atoll(text.substr(start, x == std::string::npos ? std::string::npos : x - start).c_str()));
+    if (x == std::string::npos) break;
+    start = x + 1;
+  }
+  return shape;
+}
+
 int main(int argc, char** argv) {
-  if ((argc - 1) % 6 != 0) {
-    std::fprintf(stderr, "usage: %s [module.pt batch channels height width classes]...\n", argv[0]);
+  if ((argc - 1) % 3 != 0) {
+    std::fprintf(stderr, "usage: %s [module.pt NxCxHxW classes]...\n", argv[0]);
     return 2;
   }
   std::vector<std::function<Model()>> models = {mnist_mlp, fc_heavy};
-  for (int i = 1; i + 5 < argc; i += 6) {
+  for (int i = 1; i + 2 < argc; i += 3) {
     const std::string path = argv[i];
-    const int64_t n[5] = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3]),
-                          std::atoll(argv[i + 4]), std::atoll(argv[i + 5])};
-    models.push_back([path, n] { return scripted(path, n[0], n[1], n[2], n[3], n[4]); });
+    const std::vector<int64_t> shape = shape_of(argv[i + 1]);
+    const int64_t classes = std::atoll(argv[i + 2]);
+    models.push_back([path, shape, classes] { return scripted(path, shape, classes); });
   }
   std::printf(
       "| model | batch | fusion | unsplit est. MiB | unsplit meas. MiB | smallest split (chunk x n) | split est. MiB | "

@@ -18,6 +18,7 @@
 #include "corpus/corpus.h"
 #include "module_helpers.h"
 #include "plan/planner.h"
+#include "run/fused_grads.h"
 #include "temp_dir.h"
 
 namespace koila_test {
@@ -183,8 +184,12 @@ void expect_training_step(const Case& c, bool split) {
     ASSERT_GT(b, 0u) << "no budget splits the run";
     ASSERT_OK(koila_set_memory_budget("cpu", b));
   }
+  const uint64_t fused_before = koila::fused_weight_gradients();
   ASSERT_OK(koila_backward(loss.get()));
   koila_status_free(koila_set_memory_budget("cpu", 0));
+  // The program's linear layers (all but lstm_full have one) run as koila::linear
+  // (op_routes.h): chunks after the first add their weight gradients into .grad.
+  if (split && c.name != "lstm_full") EXPECT_GT(koila::fused_weight_gradients(), fused_before);
   // The buffers first: reading the logits or the loss evaluates the call again, and a batch
   // norm in training moves its statistics at every evaluation, as in PyTorch.
   if (!split)
