@@ -68,43 +68,40 @@ int main(int argc, char** argv) {
   // compare step times with and without it.
   if (const char* off = std::getenv("KOILA_BENCH_NO_FUSION"); off && std::string(off) == "1")
     koila::testing::set_grad_fusion(false);
+  // One training step each way, as every table row and profile below runs them.
+  const auto lazy_step = [&] {
+    Handle loss = net.lazy_loss(xs);
+    bench::check(koila_backward(loss.get()), "koila_backward");
+    net.zero_grad_lazy();
+  };
+  const auto eager_step = [&] {
+    eager_net.eager_step(xs);
+    eager_net.zero_grad();
+  };
   // KOILA_BENCH_PROFILE=lazy|eager: only that kind of step (KOILA_BENCH_STEPS times),
   // and no table: for a profiler (perf record) to see one kind of step alone.
   if (const char* only = std::getenv("KOILA_BENCH_PROFILE")) {
-    const bool lazy = std::string(only) == "lazy";
     if (std::string(only) == "blocks") {
       std::vector<double> lt, et;
+      const auto timed = [](const auto& step, std::vector<double>& times) {
+        for (int i = 0; i < 20; ++i) {
+          const double start = bench::now_seconds();
+          step();
+          times.push_back(bench::now_seconds() - start);
+        }
+      };
       for (int round = 0; round < 10; ++round) {
-        for (int i = 0; i < 20; ++i) {
-          const double start = bench::now_seconds();
-          Handle loss = net.lazy_loss(xs);
-          bench::check(koila_backward(loss.get()), "koila_backward");
-          net.zero_grad_lazy();
-          lt.push_back(bench::now_seconds() - start);
-        }
-        for (int i = 0; i < 20; ++i) {
-          const double start = bench::now_seconds();
-          eager_net.eager_step(xs);
-          eager_net.zero_grad();
-          et.push_back(bench::now_seconds() - start);
-        }
+        timed(lazy_step, lt);
+        timed(eager_step, et);
       }
       std::printf("blocks: lazy %.2f ms eager %.2f ms ratio %.3f\n", bench::median(lt) * 1e3, bench::median(et) * 1e3,
                   bench::median(lt) / bench::median(et));
       return 0;
     }
+    const bool lazy = std::string(only) == "lazy";
     const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
     const int steps = steps_env ? std::atoi(steps_env) : 305;
-    for (int i = 0; i < steps; ++i) {
-      if (lazy) {
-        Handle loss = net.lazy_loss(xs);
-        bench::check(koila_backward(loss.get()), "koila_backward");
-        net.zero_grad_lazy();
-      } else {
-        eager_net.eager_step(xs);
-        eager_net.zero_grad();
-      }
-    }
+    for (int i = 0; i < steps; ++i) lazy ? lazy_step() : eager_step();
     return 0;
   }
 
@@ -127,18 +124,7 @@ int main(int argc, char** argv) {
     rebuilt.push_back(plan_seconds(again.get()));
   }
 
-  const auto times = bench::median_times(repeats, {
-                                                      [&] {
-                                                        Handle loss = net.lazy_loss(xs);
-                                                        bench::check(koila_backward(loss.get()), "koila_backward");
-                                                        net.zero_grad_lazy();
-                                                      },
-                                                      [&] { Handle loss = net.lazy_loss(xs); },
-                                                      [&] {
-                                                        eager_net.eager_step(xs);
-                                                        eager_net.zero_grad();
-                                                      },
-                                                  });
+  const auto times = bench::median_times(repeats, {lazy_step, [&] { Handle loss = net.lazy_loss(xs); }, eager_step});
 
   std::printf(
       "| graph | .grad between steps | first plan | first plan again (median) | rebuilt plan (median) | lazy step | of "

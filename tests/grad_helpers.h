@@ -130,6 +130,16 @@ struct SmallestSplit {
   }
   uint64_t budget(uint64_t current) const { return current + with_margin(chunked) + 1; }
   uint64_t unsplit_budget(uint64_t current) const { return current + with_margin(unsplit); }
+  // Checks that the chunks are estimated below the unsplit run and that their budget is
+  // below the unsplit run's need, then sets the CPU budget to it (*budget, with what is
+  // held now in *current).
+  void set_budget_below_unsplit(uint64_t* current, uint64_t* budget) const {
+    ASSERT_LT(chunked, unsplit) << "chunks of " << chunk << " are estimated no smaller than the unsplit run";
+    *current = current_cpu();
+    *budget = this->budget(*current);
+    ASSERT_LT(*budget, unsplit_budget(*current));
+    ASSERT_OK(koila_set_memory_budget("cpu", *budget));
+  }
 };
 
 }  // namespace koila_test

@@ -1,7 +1,11 @@
 // What the module suites share: owning handles for modules and optimizers, a koila handle
-// for a module made in C++, a call's outcome, and a module call expected to succeed.
+// for a module made in C++, a call's outcome, a module call expected to succeed, and walks
+// over a module's TorchScript graphs.
 #pragma once
 
+#include <torch/csrc/jit/api/function_impl.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,6 +71,47 @@ inline std::vector<Handle> forward_all(koila_module* m, std::vector<koila_tensor
   std::vector<Handle> out;
   for (koila_tensor* t : raw) out.emplace_back(t);
   return out;
+}
+
+using Graphs = std::vector<std::shared_ptr<torch::jit::Graph>>;
+
+// Calls `visit` for every node of the graphs, those of inner blocks included.
+inline void for_each_node(const Graphs& graphs, const std::function<void(const torch::jit::Node*)>& visit) {
+  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* block) {
+    for (torch::jit::Node* n : block->nodes()) {
+      visit(n);
+      for (torch::jit::Block* inner : n->blocks()) walk(inner);
+    }
+  };
+  for (const auto& g : graphs) walk(g->block());
+}
+
+// Counts the calls of `aten::<name>` and `koila::<name>` in graphs.
+inline std::pair<size_t, size_t> count_calls(const Graphs& graphs, const char* name) {
+  size_t aten = 0, koila = 0;
+  const c10::Symbol a = c10::Symbol::fromQualString(std::string("aten::") + name);
+  const c10::Symbol k = c10::Symbol::fromQualString(std::string("koila::") + name);
+  for_each_node(graphs, [&](const torch::jit::Node* n) {
+    aten += n->kind() == a;
+    koila += n->kind() == k;
+  });
+  return {aten, koila};
+}
+
+// Every graph of the module's compilation unit (methods and free functions).
+inline Graphs unit_graphs(const torch::jit::Module& m) {
+  Graphs graphs;
+  for (torch::jit::Function* fn : m._ivalue()->compilation_unit()->get_functions())
+    if (fn->isGraphFunction()) graphs.push_back(torch::jit::toGraphFunction(*fn).graph());
+  return graphs;
+}
+
+// The method graphs of a module and its submodules.
+inline Graphs method_graphs(const torch::jit::Module& m) {
+  Graphs graphs;
+  for (const torch::jit::Module& sub : m.modules())
+    for (const torch::jit::Method& method : sub.get_methods()) graphs.push_back(method.graph());
+  return graphs;
 }
 
 }  // namespace koila_test

@@ -7,14 +7,12 @@
 // option. Failed runs, retries after running out of memory included, leave the running
 // statistics as they were. The real-model side (torchvision's batch-norm CNNs against
 // PyTorch's own chunked run) is in tests/corpus.
-#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <unistd.h>
-#include <functional>
 
-#include "helpers.h"
 #include "module/module.h"
+#include "module_helpers.h"
 #include "plan/memo.h"
 #include "plan/planner.h"
 #include "scripted_models.h"
@@ -35,12 +33,6 @@ struct PolicyGuard {
   }
   ~PolicyGuard() { koila_status_free(koila_set_batch_stats(KOILA_BATCH_STATS_EXACT)); }
 };
-
-std::pair<koila_code, std::string> outcome(koila_status* s) {
-  std::pair<koila_code, std::string> r{koila_status_code(s), koila_status_message(s)};
-  koila_status_free(s);
-  return r;
-}
 
 void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5) {
   ASSERT_TRUE(got.defined()) << what << " is undefined";
@@ -284,38 +276,6 @@ torch::jit::Module one_batch_norm(const std::string& name) {
       "def forward(self, x):\n"
       "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,\n"
       "                            self.training, 0.1, 1e-5, False)\n");
-}
-
-// Counts the calls of `aten::<name>` and `koila::<name>` in graphs.
-std::pair<size_t, size_t> count_calls(const std::vector<std::shared_ptr<torch::jit::Graph>>& graphs, const char* name) {
-  size_t aten = 0, koila = 0;
-  const c10::Symbol a = c10::Symbol::fromQualString(std::string("aten::") + name);
-  const c10::Symbol k = c10::Symbol::fromQualString(std::string("koila::") + name);
-  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* block) {
-    for (torch::jit::Node* n : block->nodes()) {
-      aten += n->kind() == a;
-      koila += n->kind() == k;
-      for (torch::jit::Block* inner : n->blocks()) walk(inner);
-    }
-  };
-  for (const auto& g : graphs) walk(g->block());
-  return {aten, koila};
-}
-
-// Every graph of the module's compilation unit (methods and free functions).
-std::vector<std::shared_ptr<torch::jit::Graph>> unit_graphs(const torch::jit::Module& m) {
-  std::vector<std::shared_ptr<torch::jit::Graph>> graphs;
-  for (torch::jit::Function* fn : m._ivalue()->compilation_unit()->get_functions())
-    if (fn->isGraphFunction()) graphs.push_back(torch::jit::toGraphFunction(*fn).graph());
-  return graphs;
-}
-
-// The method graphs of a module and its submodules.
-std::vector<std::shared_ptr<torch::jit::Graph>> method_graphs(const torch::jit::Module& m) {
-  std::vector<std::shared_ptr<torch::jit::Graph>> graphs;
-  for (const torch::jit::Module& sub : m.modules())
-    for (const torch::jit::Method& method : sub.get_methods()) graphs.push_back(method.graph());
-  return graphs;
 }
 
 // A module call runs koila's batch norm (op_routes.h): the clone a call runs (its graphs

@@ -189,7 +189,9 @@ void expect_training_step(const Case& c, bool split) {
   koila_status_free(koila_set_memory_budget("cpu", 0));
   // The program's linear layers (all but lstm_full have one) run as koila::linear
   // (op_routes.h): chunks after the first add their weight gradients into .grad.
-  if (split && c.name != "lstm_full") EXPECT_GT(koila::fused_weight_gradients(), fused_before);
+  if (split && c.name != "lstm_full") {
+    EXPECT_GT(koila::fused_weight_gradients(), fused_before);
+  }
   // The buffers first: reading the logits or the loss evaluates the call again, and a batch
   // norm in training moves its statistics at every evaluation, as in PyTorch.
   if (!split)

@@ -4,8 +4,6 @@
 // gradients dominate. Checked against eager LibTorch's gradients and koila's allocator.
 #include <torch/csrc/jit/serialization/import.h>
 
-#include <functional>
-
 #include "grad_helpers.h"
 #include "module/module.h"
 #include "module_helpers.h"
@@ -46,11 +44,8 @@ TEST(FusedGrads, TheOriginalMnistMlpSplitsBelowItsUnsplitNeed) {
   const auto expected = m.eager_grads();
   const SmallestSplit split(m.loss.get(), {8, 4, 2, 1});
   const uint64_t unsplit = split.unsplit, chunked = split.chunked;
-  ASSERT_LT(chunked, unsplit) << "chunks of " << split.chunk << " are estimated no smaller than the unsplit run";
-  const uint64_t current = current_cpu();
-  const uint64_t budget = split.budget(current);
-  ASSERT_LT(budget, split.unsplit_budget(current));
-  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  uint64_t current = 0, budget = 0;
+  ASSERT_NO_FATAL_FAILURE(split.set_budget_below_unsplit(&current, &budget));
   const PlanInfo p = plan_of(m.loss.get(), KOILA_MODE_TRAINING);
   EXPECT_GT(p.chunks, 1) << p.text;
   const uint64_t fused_before = koila::fused_weight_gradients();
@@ -134,19 +129,13 @@ TEST(FusedGrads, ModulesFuseTheirLinearLayers) {
   const koila_tests::TempDir dir("koila_fused_");
   const std::string path = dir / "mlp.pt";
   ASSERT_OK(koila_module_save(m.get(), path.c_str()));
-  size_t koila_ops = 0, linears = 0;
-  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* block) {
-    for (torch::jit::Node* n : block->nodes()) {
-      koila_ops += n->kind().ns() == c10::Symbol::fromQualString("namespaces::koila");
-      linears += n->kind() == c10::Symbol::fromQualString("aten::linear");
-      for (torch::jit::Block* inner : n->blocks()) walk(inner);
-    }
-  };
-  const torch::jit::Module reloaded = torch::jit::load(path);
-  for (const torch::jit::Module& sub : reloaded.modules())
-    for (const torch::jit::Method& method : sub.get_methods()) walk(method.graph()->block());
+  size_t koila_ops = 0;
+  const Graphs graphs = method_graphs(torch::jit::load(path));
+  for_each_node(graphs, [&](const torch::jit::Node* n) {
+    koila_ops += n->kind().ns() == c10::Symbol::fromQualString("namespaces::koila");
+  });
   EXPECT_EQ(koila_ops, 0u);
-  EXPECT_EQ(linears, 2u);
+  EXPECT_EQ(count_calls(graphs, "linear").first, 2u);
 }
 
 // Outside a backward into .grad (a forward, a read with gradients off, an eager call),

@@ -35,6 +35,25 @@ bool takes_addition(const at::Tensor& grad, const at::Tensor& weight) {
          grad.sizes() == weight.sizes() && grad.is_contiguous();
 }
 
+// What every fused function's backward needs of its forward: the input and the weight (for
+// the products, version-checked), the leaf itself (whose .grad the backward reads) and the
+// pass.
+void save_weight(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t session) {
+  ctx->save_for_backward({x, w});
+  ctx->saved_data["leaf"] = w;
+  ctx->saved_data["session"] = session;
+}
+
+// The .grad the backward adds the weight's gradient into, or an undefined tensor where it
+// makes the gradient instead: no .grad a product can add into, a backward that records a
+// graph, or a pass that is not accumulating into .grad now.
+at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor& w) {
+  at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
+  const uint64_t session = static_cast<uint64_t>(ctx->saved_data["session"].toInt());
+  if (c10::GradMode::is_enabled() || !takes_addition(leaf.grad(), w) || !is_accumulating(session)) return {};
+  return leaf.mutable_grad();
+}
+
 // The backward of both autograd functions below: the input's and the bias's gradients as
 // LibTorch computes them, the weight's added into its .grad or made contiguous [out, in]
 // (which AccumulateGrad keeps without a copy).
@@ -50,10 +69,9 @@ torch::autograd::variable_list linear_backward(torch::autograd::AutogradContext*
     if (bias && ctx->needs_input_grad(2)) gb = go2.sum(0);
     if (ctx->needs_input_grad(1)) {
       const at::Tensor x2 = x.reshape({-1, in});
-      at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
-      const uint64_t session = static_cast<uint64_t>(ctx->saved_data["session"].toInt());
-      if (!c10::GradMode::is_enabled() && takes_addition(leaf.grad(), w) && is_accumulating(session)) {
-        leaf.mutable_grad().addmm_(go2.t(), x2);
+      at::Tensor grad = fusion_target(ctx, w);
+      if (grad.defined()) {
+        grad.addmm_(go2.t(), x2);
         fused_count.fetch_add(1, std::memory_order_relaxed);
       } else {
         gw = go2.t().mm(x2);
@@ -64,17 +82,11 @@ torch::autograd::variable_list linear_backward(torch::autograd::AutogradContext*
   return {gx, gw, at::Tensor()};
 }
 
-void save_linear(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t session) {
-  ctx->save_for_backward({x, w});
-  ctx->saved_data["leaf"] = w;  // the leaf itself, whose .grad the backward reads
-  ctx->saved_data["session"] = session;
-}
-
 // (Two functions: an undefined bias cannot be an input of an autograd function.)
 struct FusedLinear : torch::autograd::Function<FusedLinear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             int64_t session) {
-    save_linear(ctx, x, w, session);
+    save_weight(ctx, x, w, session);
     return at::linear(x, w);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -86,7 +98,7 @@ struct FusedLinear : torch::autograd::Function<FusedLinear> {
 struct FusedLinearWithBias : torch::autograd::Function<FusedLinearWithBias> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
                             const at::Tensor& b, int64_t session) {
-    save_linear(ctx, x, w, session);
+    save_weight(ctx, x, w, session);
     return at::linear(x, w, b);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -108,9 +120,7 @@ at::Tensor convolution_forward(torch::autograd::AutogradContext* ctx, const at::
                                const at::Tensor& b, const std::vector<int64_t>& stride,
                                const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
                                int64_t session) {
-  ctx->save_for_backward({x, w});
-  ctx->saved_data["leaf"] = w;
-  ctx->saved_data["session"] = static_cast<int64_t>(session);
+  save_weight(ctx, x, w, session);
   ctx->saved_data["bias"] = b.defined();
   ctx->saved_data["stride"] = stride;
   ctx->saved_data["padding"] = padding;
@@ -130,37 +140,36 @@ torch::autograd::variable_list convolution_backward(torch::autograd::AutogradCon
   const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
   const std::vector<int64_t> dilation = ctx->saved_data["dilation"].toIntVector();
   const std::vector<int64_t> none = zeros_like_dims(stride);
-  at::Tensor gx, gw, gb;
-  if (!go.defined())
-    return bias ? torch::autograd::variable_list{gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()}
-                : torch::autograd::variable_list{gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
-  const uint64_t session = static_cast<uint64_t>(ctx->saved_data["session"].toInt());
+  // One gradient per input of the function: x, w, the bias if it has one, then the
+  // arguments that are not tensors.
+  const auto gradients = [bias](at::Tensor gx, at::Tensor gw, at::Tensor gb) {
+    torch::autograd::variable_list g = {std::move(gx), std::move(gw)};
+    if (bias) g.push_back(std::move(gb));
+    g.resize(g.size() + 4);  // stride, padding, dilation, session
+    return g;
+  };
+  if (!go.defined()) return gradients({}, {}, {});
   const bool wants_w = ctx->needs_input_grad(1);
-  const bool fuse =
-      wants_w && !c10::GradMode::is_enabled() && takes_addition(leaf.grad(), w) && is_accumulating(session);
-  // The bias's gradient apart: oneDNN's kernel computes the weight's whenever the bias's
-  // is asked for, which would make the whole weight gradient that fusing avoids.
-  const std::vector<int64_t> bias_sizes = {w.size(0)};
   const bool wants_b = bias && ctx->needs_input_grad(2);
-  const bool with_weight = wants_w && !fuse;
-  auto [gi, gwhole, gbias] = at::convolution_backward(
+  at::Tensor grad = wants_w ? fusion_target(ctx, w) : at::Tensor();
+  const bool with_weight = wants_w && !grad.defined();
+  // The bias's gradient apart when the weight's is fused: oneDNN's kernel computes the
+  // weight's whenever the bias's is asked for, which would make the whole weight gradient
+  // that fusing avoids.
+  const std::vector<int64_t> bias_sizes = {w.size(0)};
+  auto [gx, gw, gb] = at::convolution_backward(
       go, x, w, with_weight && wants_b ? c10::OptionalIntArrayRef(bias_sizes) : c10::nullopt, stride, padding, dilation,
       false, none, 1, {ctx->needs_input_grad(0), with_weight, with_weight && wants_b});
-  gx = gi;
-  gw = gwhole;
-  gb = gbias;
   if (wants_b && !with_weight) {
     std::vector<int64_t> dims = {0};
     for (int64_t d = 2; d < go.dim(); ++d) dims.push_back(d);
     gb = go.sum(dims);
   }
-  if (fuse) {
+  if (grad.defined()) {
     const int64_t out = w.size(0);
     const int64_t bytes = w.numel() * static_cast<int64_t>(w.element_size());
     const int64_t slices = bytes < kWholeBytes ? 1 : std::min<int64_t>(kSlices, out);
     const int64_t step = (out + slices - 1) / slices;
-    at::Tensor grad = leaf.mutable_grad();
     for (int64_t o = 0; o < out; o += step) {
       const int64_t n = std::min(step, out - o);
       const at::Tensor part =
@@ -170,8 +179,7 @@ torch::autograd::variable_list convolution_backward(torch::autograd::AutogradCon
     }
     fused_count.fetch_add(1, std::memory_order_relaxed);
   }
-  return bias ? torch::autograd::variable_list{gx, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()}
-              : torch::autograd::variable_list{gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  return gradients(gx, gw, gb);
 }
 
 // (Two functions: an undefined bias cannot be an input of an autograd function.)
@@ -225,12 +233,25 @@ GradFusion::Backward::~Backward() {
   accumulating.erase(std::find(accumulating.begin(), accumulating.end(), id_));
 }
 
+namespace {
+
+// Whether a layer built now records `session` (nonzero: a pass that may fuse) for its
+// weight: grad mode on, a weight that is a leaf requiring grad, input and bias (if any) of
+// its dtype, the bias one-dimensional.
+bool records(uint64_t session, const at::Tensor& input, const at::Tensor& weight,
+             const c10::optional<at::Tensor>& bias) {
+  const bool has_bias = bias.has_value() && bias->defined();
+  return session != 0 && c10::GradMode::is_enabled() && weight.requires_grad() && weight.is_leaf() &&
+         input.scalar_type() == weight.scalar_type() &&
+         (!has_bias || (bias->dim() == 1 && bias->scalar_type() == weight.scalar_type()));
+}
+
+}  // namespace
+
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   const uint64_t session = forward_session;
   const bool has_bias = bias.has_value() && bias->defined();
-  const bool plain = weight.dim() == 2 && input.dim() >= 1 && input.scalar_type() == weight.scalar_type() &&
-                     (!has_bias || (bias->dim() == 1 && bias->scalar_type() == weight.scalar_type()));
-  if (session == 0 || !plain || !c10::GradMode::is_enabled() || !weight.requires_grad() || !weight.is_leaf())
+  if (!records(session, input, weight, bias) || weight.dim() != 2 || input.dim() < 1)
     return at::linear(input, weight, bias);
   if (has_bias) return FusedLinearWithBias::apply(input, weight, *bias, static_cast<int64_t>(session));
   return FusedLinear::apply(input, weight, static_cast<int64_t>(session));
@@ -245,9 +266,8 @@ at::Tensor fused_convolution(const at::Tensor& input, const at::Tensor& weight, 
   const bool plain = spatial >= 1 && spatial <= 3 && input.dim() == weight.dim() && groups == 1 &&
                      static_cast<int64_t>(stride.size()) == spatial &&
                      static_cast<int64_t>(padding.size()) == spatial &&
-                     static_cast<int64_t>(dilation.size()) == spatial && input.scalar_type() == weight.scalar_type() &&
-                     (!has_bias || (bias->dim() == 1 && bias->scalar_type() == weight.scalar_type()));
-  if (session == 0 || !plain || !c10::GradMode::is_enabled() || !weight.requires_grad() || !weight.is_leaf()) {
+                     static_cast<int64_t>(dilation.size()) == spatial;
+  if (!records(session, input, weight, bias) || !plain) {
     switch (spatial) {  // (these take unbatched inputs and one-number arguments too)
       case 1: return at::conv1d(input, weight, bias, stride, padding, dilation, groups);
       case 2: return at::conv2d(input, weight, bias, stride, padding, dilation, groups);
