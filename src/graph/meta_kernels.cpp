@@ -328,6 +328,39 @@ void native_layer_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
   finish(stack, 8, {gi, gw, gb});
 }
 
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd): what
+// the CPU and CUDA kernels allocate. LibTorch 2.x runs its composite on meta tensors, whose
+// var_mean has no meta kernel in C++ (Python registers one).
+void native_group_norm_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 8);
+  const at::Tensor input = a[0].toTensor(), weight = optional_tensor(a[1]), bias = optional_tensor(a[2]);
+  const int64_t n = concrete_int(a[3]), channels = concrete_int(a[4]), group = concrete_int(a[6]);
+  TORCH_CHECK(group > 0 && channels % group == 0, "Expected number of channels in input to be divisible by ",
+              "num_groups, but got input of shape ", input.sizes(), " and num_groups=", group);
+  TORCH_CHECK(!weight.defined() || weight.numel() == channels, "Expected weight to be a vector of size equal to ",
+              "the number of channels in input, but got weight of shape ", weight.sizes(), " and input of shape ",
+              input.sizes());
+  TORCH_CHECK(!bias.defined() || bias.numel() == channels, "Expected bias to be a vector of size equal to ",
+              "the number of channels in input, but got bias of shape ", bias.sizes(), " and input of shape ",
+              input.sizes());
+  finish(stack, 8, {meta_like(input.sizes(), input), meta_like({n, group}, input), meta_like({n, group}, input)});
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask[3])
+// (LibTorch 1.13 has no meta kernel for it.) Beside its results, the CPU kernel holds two
+// [N, C] buffers of per-channel sums while it runs (GroupNormKernel.cpp).
+void native_group_norm_backward_meta(const c10::OperatorHandle&, Stack* stack) {
+  auto a = args(stack, 10);
+  const at::Tensor input = a[1].toTensor();
+  const auto mask = mask_of(a[9]);
+  const int64_t n = concrete_int(a[5]), channels = concrete_int(a[6]);
+  at::Tensor gi = if_set(mask[0], input);
+  at::Tensor gw = mask[1] ? meta_like({channels}, input) : at::Tensor();
+  at::Tensor gb = mask[2] ? meta_like({channels}, input) : at::Tensor();
+  const at::Tensor ds = meta_like({n, channels}, input), db = meta_like({n, channels}, input);
+  finish(stack, 10, {gi, gw, gb});
+}
+
 // embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 void embedding_dense_backward_meta(const c10::OperatorHandle&, Stack* stack) {
   auto a = args(stack, 5);
@@ -419,6 +452,13 @@ void register_all() {
   fill_in_missing<convolution_backward_meta>("convolution_backward");
   fill_in_missing<native_batch_norm_backward_meta>("native_batch_norm_backward");
   fill_in_missing<embedding_dense_backward_meta>("embedding_dense_backward");
+  fill_in<native_group_norm_meta>("native_group_norm", [] {
+    at::native_group_norm(m({2, 4, 3}), m({4}), m({4}), 2, 4, 3, 2, 1e-5);
+  });
+  fill_in<native_group_norm_backward_meta>("native_group_norm_backward", [] {
+    at::native_group_norm_backward(m({2, 4, 3}), m({2, 4, 3}), m({2, 2}), m({2, 2}), m({4}), 2, 4, 3, 2,
+                                   {true, true, true});
+  });
   fill_in_missing<like_arg_meta<2, 1>>("_adaptive_avg_pool2d_backward");
   fill_in_missing<like_arg_meta<7, 1>>("nll_loss2d_backward");
   fill_in_missing<like_arg_meta<4, 1>>("mse_loss_backward");

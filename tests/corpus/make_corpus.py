@@ -162,6 +162,61 @@ class LSTMFull(nn.Module):
         return self.rnn(x)
 
 
+class UNetSmall(nn.Module):
+    """A two-level U-Net with GroupNorm: strided convolutions down, a transposed convolution
+    and a bilinear upsampling up, skip connections concatenated; a 1x1 convolution to the
+    classes, mean-pooled (the corpus's targets are one class per sample)."""
+
+    @staticmethod
+    def block(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(4, cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(4, cout), nn.ReLU())
+
+    def __init__(self):
+        super().__init__()
+        self.enc1 = self.block(IMAGE_CHANNELS, 16)
+        self.enc2 = self.block(16, 32)
+        self.mid = self.block(32, 64)
+        self.down1 = nn.Conv2d(16, 16, 2, stride=2)
+        self.down2 = nn.Conv2d(32, 32, 2, stride=2)
+        self.up2 = nn.ConvTranspose2d(64, 32, 2, stride=2)
+        self.dec2 = self.block(64, 32)
+        self.reduce1 = nn.Conv2d(32, 16, 1)
+        self.dec1 = self.block(32, 16)
+        self.head = nn.Conv2d(16, CLASSES, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.down1(e1))
+        m = self.mid(self.down2(e2))
+        d2 = self.dec2(torch.cat([self.up2(m), e2], dim=1))
+        u1 = F.interpolate(self.reduce1(d2), scale_factor=2.0, mode="bilinear", align_corners=False)
+        d1 = self.dec1(torch.cat([u1, e1], dim=1))
+        return self.head(d1).mean(dim=(2, 3))
+
+
+class Conv1dNet(nn.Module):
+    """A 1-D convolutional classifier over sequences (features as channels): grouped and
+    dilated convolutions with GroupNorm, a residual connection, then global mean pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv1d(FEATURES, 32, 3, padding=1)
+        self.norm0 = nn.GroupNorm(8, 32)
+        self.grouped = nn.Conv1d(32, 32, 3, padding=2, dilation=2, groups=4)
+        self.norm1 = nn.GroupNorm(8, 32)
+        self.depthwise = nn.Conv1d(32, 32, 5, padding=8, dilation=4, groups=32)
+        self.norm2 = nn.GroupNorm(8, 32)
+        self.pointwise = nn.Conv1d(32, 48, 1)
+        self.head = nn.Linear(48, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.norm0(self.stem(x.transpose(1, 2))))
+        h = h + F.relu(self.norm1(self.grouped(h)))
+        h = F.relu(self.norm2(self.depthwise(h)))
+        return self.head(F.relu(self.pointwise(h)).mean(dim=2))
+
+
 def images(batch, size):
     return lambda: torch.randn(batch, IMAGE_CHANNELS, size, size)
 
@@ -216,6 +271,11 @@ MODELS = {
     "lstm": (LSTMClassifier, sequences(8)),
     "gru": (GRUClassifier, sequences(8)),
     "embedding": (EmbeddingClassifier, tokens(16)),
+    # Issue 28's norms and convolutions: GroupNorm, transposed, grouped and dilated
+    # convolutions, bilinear upsampling.
+    "unet_small": (UNetSmall, images(8, 32)),
+    "conv1d_net": (Conv1dNet, sequences(8)),
+    # Several results (koila_module_forward_all); the loss sums one term per result (LOSSES).
     # Several results (koila_module_forward_all); the loss sums one term per result (LOSSES).
     "multitask": (MultiTask, images(16, 32)),
     "lstm_full": (LSTMFull, sequences(8)),
