@@ -16,7 +16,7 @@ configure_and_build() {  # dir sanitizers targets...
   local dir=$1 sanitizers=$2
   shift 2
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKOILA_SANITIZE="$sanitizers" \
-        -DKOILA_DEBUG_INFO="${KOILA_DEBUG_INFO:-full}" \
+        -DKOILA_DEBUG_INFO="${KOILA_DEBUG_INFO:-full}" -DKOILA_UNITY_BUILD=ON \
         -DKOILA_BUILD_BINDINGS=OFF -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_EXAMPLES=OFF \
         -DKOILA_BUILD_CORPUS=OFF >/dev/null
   cmake --build "$dir" -j"$(nproc)" --target "$@"

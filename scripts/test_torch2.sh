@@ -16,6 +16,8 @@ echo "test_torch2: building against $("$venv/bin/python" -c 'import torch; print
 #   - the benchmark programs (the GPU machine's check, shared/gpu/check.sh, also builds and
 #     runs them against its 2.x);
 #   - the bindings, which reach koila through its C API only, the same in both.
+# The library compiles in unity batches here (KOILA_UNITY_BUILD): the first configuration
+# compiles each file alone.
 KOILA_BUILD_DIR=$build "$root/scripts/build.sh" -DCMAKE_PREFIX_PATH="$prefix" -DKOILA_CORPUS_PYTHON="$venv/bin/python" \
-    -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_BINDINGS=OFF
+    -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON
 "$root/scripts/ctest_run.sh" "$build" -j"$(nproc)" "$@"

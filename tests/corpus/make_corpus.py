@@ -37,11 +37,15 @@ saved model (train mode updates batch-norm statistics). Initializations that wou
 gradients (ViT's zero head, ConvNeXt's 1e-6 layer scale) are changed, so that every
 parameter's gradient is compared.
 
-Everything is seeded (torch.manual_seed per model), so two runs write the same numbers.
+Everything is seeded (torch.manual_seed per model), so two runs write the same numbers; a
+corpus once written is cached and copied while this script and the versions stay the same
+(see "Cache" below).
 """
 
 import copy
+import hashlib
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -275,7 +279,6 @@ MODELS = {
     # convolutions, bilinear upsampling.
     "unet_small": (UNetSmall, images(8, 32)),
     "conv1d_net": (Conv1dNet, sequences(8)),
-    # Several results (koila_module_forward_all); the loss sums one term per result (LOSSES).
     # Several results (koila_module_forward_all); the loss sums one term per result (LOSSES).
     "multitask": (MultiTask, images(16, 32)),
     "lstm_full": (LSTMFull, sequences(8)),
@@ -512,11 +515,79 @@ def make(name, out_dir):
             + (f" results={results}" if results > 1 else "") + (f" pt2={','.join(programs)}" if programs else ""))
 
 
+# ---- Cache ----------------------------------------------------------------------------
+#
+# Writing the corpus takes minutes of CPU, and the test command writes it twice (one per
+# LibTorch) on every clean clone. What it writes depends only on this script and the
+# versions of Python, torch and torchvision (everything is seeded), so a corpus once written
+# is kept under ~/.cache/koila/corpus/KEY ($XDG_CACHE_HOME, or $KOILA_CORPUS_CACHE; "off"
+# keeps none) and copied from there while the key holds. The newest few are kept.
+
+CACHE_KEEP = 4
+
+
+def cache_entry():
+    root = os.environ.get("KOILA_CORPUS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "koila", "corpus")
+    if root == "off":
+        return None
+    key = hashlib.sha256()
+    with open(os.path.abspath(__file__), "rb") as f:
+        key.update(f.read())
+    key.update(f"python {sys.version_info[:3]} torch {torch.__version__} "
+               f"torchvision {torchvision.__version__}".encode())
+    return os.path.join(root, key.hexdigest()[:20])
+
+
+def copy_corpus(src, dst):
+    """Every file of src into dst, manifest.txt last (its presence means complete)."""
+    os.makedirs(dst, exist_ok=True)
+    names = sorted(n for n in os.listdir(src) if n != "manifest.txt")
+    for n in names + ["manifest.txt"]:
+        shutil.copyfile(os.path.join(src, n), os.path.join(dst, n))
+
+
+def from_cache(entry, out_dir):
+    if entry is None or not os.path.isfile(os.path.join(entry, "manifest.txt")):
+        return False
+    try:
+        copy_corpus(entry, out_dir)
+        os.utime(entry)  # most recently used
+    except OSError as e:
+        print(f"make_corpus.py: the cached corpus {entry} cannot be copied ({e}); writing it anew")
+        return False
+    print(f"make_corpus.py: copied from {entry} (written earlier by this script with these versions)")
+    return True
+
+
+def to_cache(entry, out_dir):
+    if entry is None:
+        return
+    root = os.path.dirname(entry)
+    partial = f"{entry}.{os.getpid()}.partial"
+    try:
+        os.makedirs(root, exist_ok=True)
+        copy_corpus(out_dir, partial)
+        if os.path.isdir(entry):
+            shutil.rmtree(entry)
+        os.rename(partial, entry)
+        kept = sorted((os.path.join(root, n) for n in os.listdir(root) if not n.endswith(".partial")),
+                      key=os.path.getmtime, reverse=True)
+        for old in kept[CACHE_KEEP:]:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:  # a cache that cannot be written costs only time
+        print(f"make_corpus.py: not cached in {root} ({e})")
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_corpus.py OUT_DIR")
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
+    entry = cache_entry()
+    if from_cache(entry, out_dir):
+        return
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     start = time.time()
     lines = []
@@ -531,6 +602,7 @@ def main():
         f.write("\n".join(lines) + "\n")
     os.replace(manifest + ".tmp", manifest)
     print(f"make_corpus.py: {len(lines)} models in {out_dir} ({time.time() - start:.1f} s)")
+    to_cache(entry, out_dir)
 
 
 if __name__ == "__main__":
