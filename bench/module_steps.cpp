@@ -27,6 +27,8 @@
 //
 //   module_steps [device] [repeats] [corpus dir] [model]
 //     (default cpu, 11, the build tree's corpus, every model.)
+//   KOILA_BENCH_PROFILE=lazy|eager: only that kind of step, KOILA_BENCH_STEPS times (default
+//     305) after two of each, and no table: for perf or callgrind.
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
@@ -198,6 +200,16 @@ int main(int argc, char** argv) {
       for (const std::string& mode : e.modes) {
         const Reference ref = read_reference(dir, e.name, mode);
         Model m(dir, e.name, mode, ref, device);
+        // KOILA_BENCH_PROFILE=lazy|eager: after two steps of each kind, only that kind of
+        // step (KOILA_BENCH_STEPS times, default 305), no table: for perf or callgrind.
+        if (const char* profile = std::getenv("KOILA_BENCH_PROFILE")) {
+          const bool lazy = std::string(profile) == "lazy";
+          for (int i = 0; i < 2; ++i) m.step(true), m.step(false);
+          const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
+          const int steps = steps_env ? std::atoi(steps_env) : 305;
+          for (int i = 0; i < steps; ++i) m.step(lazy);
+          continue;
+        }
         Row r;
         r.first_eager = timed([&] { m.step(false); });
         r.first_lazy = timed([&] { m.step(true); });

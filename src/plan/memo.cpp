@@ -22,7 +22,10 @@ struct RootMemo {
   // (Node::key) and which node feeds which, combined at the graph's first plan; what may
   // change between plans (gradient flags, contiguity, how the .grad stand) is added at each
   // plan, from the concrete nodes listed here.
-  std::once_flag fixed_once[2];
+  // Not a std::once_flag: glibc's call_once makes a futex system call each time it runs a
+  // function, and every step's graph has a new root (a system call per plan).
+  std::mutex fixed_mutex;
+  bool fixed_done[2] = {false, false};
   StructureKey fixed[2];
   std::vector<const Node*> concrete[2];
 };
@@ -67,7 +70,13 @@ void fixed_part(const Analysis& a, RunMode mode, Key* key, std::vector<const Nod
 Key structure_key(const NodePtr& root, const Analysis& a, RunMode mode, Key* without_grads, GradStarts* starts) {
   const int m = index_of(mode);
   RootMemo& cache = memo_of(root);
-  std::call_once(cache.fixed_once[m], [&] { fixed_part(a, mode, &cache.fixed[m], &cache.concrete[m]); });
+  {
+    std::lock_guard<std::mutex> lock(cache.fixed_mutex);
+    if (!cache.fixed_done[m]) {
+      fixed_part(a, mode, &cache.fixed[m], &cache.concrete[m]);
+      cache.fixed_done[m] = true;
+    }
+  }
   Key key = cache.fixed[m];
   Key& bare = *without_grads;
   bare = key;
