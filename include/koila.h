@@ -625,8 +625,13 @@ KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
    path in the message; a program koila cannot run is KOILA_ERROR_UNSUPPORTED naming what. */
 KOILA_API koila_status *koila_module_load(koila_module **out, const char *path, const char *device);
 /* Saves the module with its current parameters and buffers, in the form it was loaded from
-   (TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the
-   file cannot be written. */
+   (TorchScript, or a .pt2 archive that torch.export.load reads). Atomic: the file is written
+   beside path (as ".NAME.koila-PID-N.tmp"), flushed to disk and renamed over path, and the
+   folder is flushed, so that whatever happens to the process during the call, path holds
+   afterwards the complete old file or the complete new one. A save killed midway can leave
+   its temporary behind; the next save to the same path removes it. KOILA_ERROR_IO when the
+   file cannot be written (a missing folder, a full disk, a file size limit), with path as it
+   was. */
 KOILA_API koila_status *koila_module_save(const koila_module *m, const char *path);
 /* The result of m.forward(inputs[0], ..., inputs[n-1]); lazy if any input is, else computed
    at once (recording gradients, as eager LibTorch). The module must return one tensor

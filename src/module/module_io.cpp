@@ -2,6 +2,9 @@
 // (module.h).
 #include <torch/csrc/jit/serialization/import.h>
 
+#include <ostream>
+
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "module/module.h"
 #include "module/pt2_archive.h"
@@ -47,13 +50,18 @@ void load_module(LoadedModule& m, const std::string& path, const c10::Device& de
 
 void save_module(const LoadedModule& m, const std::string& path) {
   if (m.exported) return module_detail::save_program(*m.exported, m.module, path);
+  AtomicFile file(path, "the module");
   try {
-    m.module.save(path);
+    AtomicFileBuf buffer(file);
+    std::ostream out(&buffer);
+    m.module.save(out);
+    out.flush();
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
-    fail(KOILA_ERROR_IO, "cannot save the module to '" + path + "': " + torch_complaint(e));
+    file.fail(torch_complaint(e));  // after a failed write, the write's own error is kept
   }
+  file.commit();
 }
 
 Named module_parameters(const LoadedModule& m) {

@@ -2,17 +2,14 @@
 // reads, with the module's current parameters and buffers. Every record but the payloads is
 // copied as it was loaded; the payloads are rewritten at their files and offsets, so that
 // weights that shared storage (tied weights) still do. The archive is written beside
-// `path` and renamed over it once it is complete and on disk: a failure leaves the old file.
+// `path` and renamed over it once it is complete and on disk (base/atomic_file.h): a failure
+// or a killed process leaves the old file.
 #include <caffe2/serialize/inline_container.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <map>
 #include <memory>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "module/pt2_archive.h"
 #include "module/pt2_program.h"
@@ -75,10 +72,6 @@ std::map<std::string, std::string> payload_files(const std::vector<Pt2Payload>& 
   return out;
 }
 
-[[noreturn]] void io_failure(const std::string& path, const std::string& what) {
-  fail(KOILA_ERROR_IO, "cannot save the exported program to '" + path + "': " + what);
-}
-
 }  // namespace
 
 void save_program(const ExportedProgram& program, const torch::jit::Module& module, const std::string& path) {
@@ -115,47 +108,23 @@ void save_program(const ExportedProgram& program, const torch::jit::Module& modu
       }
     }
 
-  const std::string temp = path + ".koila-" + std::to_string(::getpid()) + ".tmp";
-  FILE* file = std::fopen(temp.c_str(), "wb");
-  if (!file) io_failure(path, std::string("cannot create '") + temp + "': " + std::strerror(errno));
-  bool write_failed = false;
-  int write_errno = 0;
+  AtomicFile file(path, "the exported program");
   try {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
-      if (write_failed) return 0;
-      if (std::fwrite(data, 1, size, file) != size) {
-        write_failed = true;
-        write_errno = errno;
-        return 0;
-      }
+      // All of it, also after a failed write: the writer throws from its destructor
+      // (std::terminate) when a write comes up short. commit() reports the failure.
+      file.write(data, size);
       return size;
     });
     writer.setMinVersion(6);
     for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
     writer.writeEndOfFile();
+  } catch (const std::bad_alloc&) {
+    throw;
   } catch (const std::exception& e) {
-    write_failed = true;
-    if (!write_errno) write_errno = EIO;
+    file.fail(torch_complaint(e));  // after a failed write, the write's own error is kept
   }
-  const bool flushed = !write_failed && std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-  const int flush_errno = errno;
-  std::fclose(file);
-  if (write_failed || !flushed) {
-    std::remove(temp.c_str());
-    io_failure(path, std::strerror(write_failed ? write_errno : flush_errno));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(temp.c_str());
-    io_failure(path, std::strerror(e));
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    (void)::fsync(fd);
-    ::close(fd);
-  }
+  file.commit();
 }
 
 }  // namespace koila::module_detail

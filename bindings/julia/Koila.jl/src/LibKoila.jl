@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: ece5cc279279aa88ec8fb935f21f8bc426edf87bdc3c69719807c95574909daa
+# Header sha256: a235fd00b6935adaff873a027d251424c100dfe468b332d10430fa34548e7b82
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -1921,7 +1921,7 @@ end
 
 C: `koila_status *koila_module_save(const koila_module *m, const char *path);`
 
-Saves the module with its current parameters and buffers, in the form it was loaded from (TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the file cannot be written.
+Saves the module with its current parameters and buffers, in the form it was loaded from (TorchScript, or a .pt2 archive that torch.export.load reads). Atomic: the file is written beside path (as ".NAME.koila-PID-N.tmp"), flushed to disk and renamed over path, and the folder is flushed, so that whatever happens to the process during the call, path holds afterwards the complete old file or the complete new one. A save killed midway can leave its temporary behind; the next save to the same path removes it. KOILA_ERROR_IO when the file cannot be written (a missing folder, a full disk, a file size limit), with path as it was.
 """
 function koila_module_save(m, path)
     fptr = _fptr_koila_module_save[]

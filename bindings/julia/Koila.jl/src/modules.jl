@@ -20,7 +20,8 @@ load(path::AbstractString; device::AbstractString = "cpu") = TorchModule(path; d
     Koila.save(m::TorchModule, path)
 
 Saves the module with its current parameters (`KOILA_ERROR_IO` when the file cannot be
-written).
+written). Atomic: `path` holds afterwards the complete old file or the complete new one,
+whatever happens to the process during the call.
 """
 function save(m::TorchModule, path::AbstractString)
     @check LibKoila.koila_module_save(m, _cstr(path, "path"))

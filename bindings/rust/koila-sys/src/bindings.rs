@@ -1052,8 +1052,13 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Saves the module with its current parameters and buffers, in the form it was loaded from"]
-    #[doc = "(TorchScript, or a .pt2 archive that torch.export.load reads). KOILA_ERROR_IO when the"]
-    #[doc = "file cannot be written."]
+    #[doc = "(TorchScript, or a .pt2 archive that torch.export.load reads). Atomic: the file is written"]
+    #[doc = "beside path (as \".NAME.koila-PID-N.tmp\"), flushed to disk and renamed over path, and the"]
+    #[doc = "folder is flushed, so that whatever happens to the process during the call, path holds"]
+    #[doc = "afterwards the complete old file or the complete new one. A save killed midway can leave"]
+    #[doc = "its temporary behind; the next save to the same path removes it. KOILA_ERROR_IO when the"]
+    #[doc = "file cannot be written (a missing folder, a full disk, a file size limit), with path as it"]
+    #[doc = "was."]
     pub fn koila_module_save(
         m: *const koila_module,
         path: *const ::std::os::raw::c_char,

@@ -62,7 +62,9 @@ impl Module {
     }
 
     /// Saves the module with its current parameters and buffers, in the form it was loaded
-    /// from (TorchScript, or a `.pt2` that torch.export.load reads).
+    /// from (TorchScript, or a `.pt2` that torch.export.load reads). Atomic: `path` holds
+    /// afterwards the complete old file or the complete new one, whatever happens to the
+    /// process during the call (`koila_module_save`).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_string(path.as_ref())?;
         check(unsafe { sys::koila_module_save(self.ptr(), path.as_ptr()) })

@@ -66,7 +66,9 @@ public final class Module extends NativeHandle {
   }
 
   /**
-   * Saves the module with its current parameters.
+   * Saves the module with its current parameters. Atomic: the file at {@code path} is
+   * afterwards the complete old file or the complete new one, whatever happens to the process
+   * during the call.
    *
    * @throws KoilaException {@link Code#IO} when the file cannot be written
    */
