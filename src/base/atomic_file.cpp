@@ -80,9 +80,7 @@ AtomicFile::~AtomicFile() {
   if (!committed_) (void)::unlink(temp_.c_str());
 }
 
-bool AtomicFile::flush_buffer() {
-  const char* p = buffer_.data();
-  size_t left = buffer_.size();
+void AtomicFile::write_all(const char* p, size_t left) {
   while (left > 0 && error_.empty()) {
     const ssize_t n = ::write(fd_, p, left);
     if (n < 0 && errno == EINTR) continue;
@@ -94,23 +92,21 @@ bool AtomicFile::flush_buffer() {
     p += n;
     left -= static_cast<size_t>(n);
   }
-  buffer_.clear();
-  return error_.empty();
 }
 
-bool AtomicFile::write(const void* data, size_t size) {
-  if (!error_.empty()) return false;
+void AtomicFile::flush_buffer() {
+  write_all(buffer_.data(), buffer_.size());
+  buffer_.clear();
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  if (!error_.empty()) return;
   const char* bytes = static_cast<const char*>(data);
-  if (buffer_.size() + size > kBufferBytes && !flush_buffer()) return false;
-  if (size >= kBufferBytes) {  // large blocks go straight to the file
-    buffer_.assign(bytes, bytes + size);
-    const bool ok = flush_buffer();
-    buffer_.shrink_to_fit();
-    buffer_.reserve(kBufferBytes);
-    return ok;
-  }
-  buffer_.insert(buffer_.end(), bytes, bytes + size);
-  return true;
+  if (buffer_.size() + size > kBufferBytes) flush_buffer();
+  if (size >= kBufferBytes)
+    write_all(bytes, size);  // large blocks (tensor payloads) go straight to the file
+  else
+    buffer_.insert(buffer_.end(), bytes, bytes + size);
 }
 
 void AtomicFile::fail(const std::string& why) {

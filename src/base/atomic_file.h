@@ -23,9 +23,9 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  // Appends bytes (buffered). Returns false once anything failed: the error is kept for
-  // commit(), and later writes do nothing.
-  bool write(const void* data, size_t size);
+  // Appends bytes (buffered; large blocks straight to the file). After a failure the error
+  // is kept for commit(), and later writes do nothing.
+  void write(const void* data, size_t size);
   // A failure the caller met while producing the bytes (a serializer's exception): commit()
   // reports it.
   void fail(const std::string& why);
@@ -33,10 +33,9 @@ class AtomicFile {
   // Throws KOILA_ERROR_IO after any failure, the temporary removed and the target untouched.
   void commit();
 
-  const std::string& path() const { return path_; }
-
  private:
-  bool flush_buffer();
+  void write_all(const char* p, size_t size);  // until done or failed (error_)
+  void flush_buffer();
 
   std::string path_, what_, temp_;
   int fd_ = -1;
