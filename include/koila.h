@@ -738,7 +738,7 @@ KOILA_API koila_status *koila_module_forward_all(koila_tensor **out, size_t capa
 
 /* Optimizers over concrete floating-point leaves that require grad (each at most once),
    as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam
-   with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step.
+   with weight decay (L2; koila_optimizer_adamw decouples it). Parameters without a gradient are skipped by a step.
    lr, momentum, weight_decay and eps must be >= 0 and finite; 0 <= beta < 1. */
 KOILA_API koila_status *koila_optimizer_sgd(koila_optimizer **out, koila_tensor *const *params,
                                             size_t n, double lr, double momentum,
@@ -748,7 +748,10 @@ KOILA_API koila_status *koila_optimizer_adam(koila_optimizer **out, koila_tensor
                                              double eps, double weight_decay);
 /* Updates the parameters in place from their gradients. */
 KOILA_API koila_status *koila_optimizer_step(koila_optimizer *o);
-/* Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad). */
+/* Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad), and gives
+   each parameter without one a zero gradient: every step's backward then starts alike (a
+   chunked backward adds into an existing gradient in another order than it makes a new
+   one), which a run resumed from a checkpoint needs to continue bit for bit. */
 KOILA_API koila_status *koila_optimizer_zero_grad(koila_optimizer *o);
 KOILA_API void koila_optimizer_free(koila_optimizer *o);
 
@@ -817,6 +820,80 @@ KOILA_API koila_status *koila_group_broadcast(koila_group *g, koila_tensor *cons
 KOILA_API koila_status *koila_group_backward(koila_group *g, const koila_tensor *loss,
                                              koila_tensor *const *params, size_t n);
 KOILA_API void koila_group_free(koila_group *g);
+
+/* ------------------------------------------------------------------------------------ */
+/* Checkpoints, optimizers and exchanging tensors                                          */
+/*                                                                                        */
+/* A run that stops (killed, preempted) and restarts from a koila_module_save and a        */
+/* koila_optimizer_save made between two steps continues exactly: the parameters after    */
+/* every later step are the same, bit for bit, as those of a run that never stopped, also */
+/* when the backward runs in chunks (given the same budget and chunking options, on the   */
+/* same machine and LibTorch). What is not saved: random generator states (dropout; seed  */
+/* with koila_manual_seed), the data loader's position, and the caller's own counters.    */
+/* ------------------------------------------------------------------------------------ */
+
+/* AdamW: Adam with decoupled weight decay, as torch.optim.AdamW (the parameters shrink by
+   lr * weight_decay before the Adam update; the gradient is not changed). The same
+   parameter rules and ranges as koila_optimizer_adam. */
+KOILA_API koila_status *koila_optimizer_adamw(koila_optimizer **out, koila_tensor *const *params,
+                                              size_t n, double lr, double beta1, double beta2,
+                                              double eps, double weight_decay);
+/* Sets the learning rate of every later step (a schedule is the caller's loop calling
+   this). lr must be >= 0 and finite. Saved and loaded with the optimizer's state. */
+KOILA_API koila_status *koila_optimizer_set_lr(koila_optimizer *o, double lr);
+/* The learning rate in force. */
+KOILA_API koila_status *koila_optimizer_lr(const koila_optimizer *o, double *out);
+/* Saves the optimizer's whole state: its kind, hyperparameters (the learning rate in
+   force included), and for each parameter its step count and moment or momentum buffers.
+   The file is versioned and ends with a CRC-32 of everything before it. Atomic, as
+   koila_module_save: whatever happens to the process during the call, the file at path is
+   afterwards either the complete old file or the complete new one; a failed write is
+   KOILA_ERROR_IO with the old file as it was. */
+KOILA_API koila_status *koila_optimizer_save(const koila_optimizer *o, const char *path);
+/* Loads what koila_optimizer_save wrote into an optimizer of the same kind over
+   parameters of the same number, dtypes and shapes, in the same order (the parameters'
+   values are the module's: load them with koila_module_load). The file's hyperparameters
+   replace the optimizer's. A mismatch (another kind, another number of parameters, a
+   parameter of another dtype or shape) is KOILA_ERROR_INVALID_ARGUMENT naming the first
+   one; a missing, truncated or corrupt file (its checksum does not match), or one written
+   by a newer koila, is KOILA_ERROR_IO. Either way the optimizer is unchanged. */
+KOILA_API koila_status *koila_optimizer_load(koila_optimizer *o, const char *path);
+/* Scales the gradients of params in place so that their joint 2-norm is at most
+   max_norm, as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by
+   min(1, max_norm / (norm + 1e-6)). Writes the norm before clipping to *out. params are
+   concrete leaves, each at most once (as for the optimizers); those without a gradient
+   are skipped, and with none *out is 0. After koila_backward the gradients are the whole
+   batch's, also when it ran in chunks. max_norm must be >= 0 and finite. A norm that is
+   not finite (an inf or NaN in a gradient) is KOILA_ERROR_INVALID_ARGUMENT with the norm
+   written to *out and no gradient changed (skip that step). */
+KOILA_API koila_status *koila_clip_grad_norm(double *out, koila_tensor *const *params, size_t n,
+                                             double max_norm);
+
+/* DLPack (https://dmlc.github.io/dlpack/): sharing memory with other array libraries.
+   koila.h does not include dlpack.h: the pointers are void *. Both forms of the exchange
+   struct are taken and made: DLManagedTensor (versioned = 0, every DLPack) and
+   DLManagedTensorVersioned (versioned = 1, DLPack >= 1.0), on every LibTorch koila builds
+   against. A versioned other than 0 or 1 is KOILA_ERROR_INVALID_ARGUMENT, and then koila
+   does not touch managed (it cannot know its layout).
+
+   From: takes a DLManagedTensor * or DLManagedTensorVersioned * and owns it from then on,
+   also when the call fails: koila calls its deleter exactly once (at once on failure, or
+   when the last koila tensor sharing the memory is freed). No copy: the tensor shares the
+   producer's memory, and writes through koila (an optimizer step) are seen by the
+   producer. The result is concrete and has no batch dim (wrap it with koila_lazy).
+   Refused with KOILA_ERROR_UNSUPPORTED: a major version above 1; a device other than the
+   CPU (or pinned host memory) or, in a CUDA build, a CUDA device; a dtype outside
+   koila_dtype, or with lanes != 1; a read-only tensor (flag DLPACK_FLAG_BITMASK_READ_ONLY:
+   koila's tensors are writable); negative strides; a data pointer plus byte_offset not
+   aligned to the element size. Refused with KOILA_ERROR_INVALID_ARGUMENT: managed NULL,
+   a negative ndim or size, NULL shape with ndim > 0, NULL data with elements.
+   To: evaluates a lazy tensor first, then writes to *out a new DLManagedTensor * or
+   DLManagedTensorVersioned * (DLPack 1.1) that shares the tensor's memory (its sizes and
+   strides, any layout) and keeps it alive; the consumer calls its deleter once. The
+   tensor's autograd history is not part of it (as torch.utils.dlpack.to_dlpack of a
+   detached tensor). A dtype DLPack has no code for is KOILA_ERROR_UNSUPPORTED. */
+KOILA_API koila_status *koila_tensor_from_dlpack(koila_tensor **out, void *managed, int versioned);
+KOILA_API koila_status *koila_tensor_to_dlpack(void **out, const koila_tensor *t, int versioned);
 
 #ifdef __cplusplus
 }

@@ -8,11 +8,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # also builds scripts/libfuzzer.sh's target.
 # clang-format: the source's layout is checked against .clang-format (c.clang_format).
 # nlohmann-json3-dev: the JSON reader of .pt2 archives (torch.export programs).
+# zlib1g-dev: the CRC-32 that ends an optimizer state file.
 # libopenblas0-pthread: LibTorch on Debian otherwise runs its matrix products on the
 # reference BLAS, some 30 times slower (tests and benchmarks would crawl).
 packages=(build-essential cmake pkg-config libtorch-dev libgtest-dev swig libopenblas0-pthread
           python3 python3-torch python3-torchvision default-jdk-headless junit5 bindgen
-          libgloo-dev libclang1 clang clang-format nlohmann-json3-dev)
+          libgloo-dev libclang1 clang clang-format nlohmann-json3-dev
+          zlib1g-dev)
 # Rust: a rustup toolchain when there is one, else Debian's cargo (rustc 1.63).
 if ! command -v cargo >/dev/null && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
   packages+=(cargo)

@@ -31,6 +31,19 @@ inline ModuleHandle wrap(const torch::jit::Module& m) {
 }
 
 // The status of a call, freed; returns code and message.
+// Handles aliasing the module's parameters, in order.
+inline std::vector<Handle> parameters(koila_module* m) {
+  size_t n = 0;
+  koila_status_free(koila_module_num_parameters(m, &n));
+  std::vector<Handle> out;
+  for (size_t i = 0; i < n; ++i) {
+    koila_tensor* p = nullptr;
+    EXPECT_EQ(koila_module_parameter(&p, m, i), nullptr);
+    out.emplace_back(p);
+  }
+  return out;
+}
+
 inline std::pair<koila_code, std::string> outcome(koila_status* s) {
   std::pair<koila_code, std::string> r{koila_status_code(s), koila_status_message(s)};
   koila_status_free(s);

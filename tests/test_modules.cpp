@@ -27,18 +27,6 @@ using namespace koila_test;
 
 namespace {
 
-std::vector<Handle> parameters(koila_module* m) {
-  size_t n = 0;
-  koila_status_free(koila_module_num_parameters(m, &n));
-  std::vector<Handle> out;
-  for (size_t i = 0; i < n; ++i) {
-    koila_tensor* p = nullptr;
-    EXPECT_EQ(koila_module_parameter(&p, m, i), nullptr);
-    out.emplace_back(p);
-  }
-  return out;
-}
-
 std::vector<at::Tensor> param_list(const torch::jit::Module& m) {
   std::vector<at::Tensor> out;
   for (const at::Tensor& p : m.parameters()) out.push_back(p);

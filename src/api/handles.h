@@ -3,8 +3,6 @@
 // TorchScript, the optimizers and c10d). Only api/ sees these structs.
 #pragma once
 
-#include <torch/optim/optimizer.h>
-
 #include <memory>
 
 #include "api/tensor_handle.h"
@@ -12,15 +10,13 @@
 #include "module/module.h"
 #include "plan/planner.h"
 #include "plan/timeline.h"
+#include "train/optimizer.h"
 
 // A TorchScript module (koila_module_load).
 struct koila_module : koila::LoadedModule {};
 
 // An optimizer over a module's parameters (koila_optimizer_*).
-struct koila_optimizer {
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  koila::Tensors params;
-};
+struct koila_optimizer : koila::Optimizer {};
 
 // A plan (koila_plan_new) and its memory timeline (koila_plan_timeline).
 struct koila_plan {

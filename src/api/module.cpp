@@ -1,15 +1,10 @@
-// The C entry points for modules (TorchScript and exported programs) and optimizers.
-#include <c10/core/GradMode.h>
+// The C entry points for modules (TorchScript and exported programs).
 #include <sys/stat.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <unordered_set>
 
 #include "api/args.h"
 #include "api/convert.h"
@@ -18,7 +13,6 @@
 #include "base/text.h"
 #include "graph/graph.h"
 #include "module/module.h"
-#include "run/zeroed_grads.h"
 
 using namespace koila;
 
@@ -66,40 +60,6 @@ void check_readable(const std::string& path) {
   if (S_ISDIR(info.st_mode)) fail(KOILA_ERROR_IO, "cannot load '" + path + "': it is a directory");
   std::ifstream file(path, std::ios::binary);
   if (!file) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
-}
-
-void check_hyperparameter(double value, const char* name, double lo, bool lo_open, double hi, bool hi_open) {
-  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
-  if (!ok)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(name) + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) +
-                                           ", " + (std::isinf(hi) ? "inf" : std::to_string(hi)) +
-                                           (hi_open ? ")" : "]") + ", got " + std::to_string(value));
-}
-
-// The concrete tensors an optimizer updates: floating-point leaves that require grad, each once.
-std::vector<at::Tensor> optimizer_params(koila_tensor* const* params, size_t n) {
-  if (n == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "an optimizer needs at least one parameter (n is 0)");
-  const std::vector<NodePtr> nodes = arg::tensors(params, n, "params");
-  std::vector<at::Tensor> out;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string which = "parameter " + std::to_string(i);
-    const NodePtr& node = nodes[i];
-    if (node->lazy())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is lazy; an optimizer updates concrete tensors (parameters)");
-    const at::Tensor& t = node->value;
-    if (!at::isFloatingType(t.scalar_type()))
-      fail(KOILA_ERROR_DTYPE, which + " must be floating point, but is " + dtype_name(t.scalar_type()));
-    if (!t.is_leaf())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is computed from other tensors; an optimizer updates leaves");
-    if (!t.requires_grad())
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
-           which + " does not require grad, so it would never change (call koila_tensor_set_requires_grad first)");
-    if (!seen.insert(t.unsafeGetTensorImpl()).second)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, which + " appears twice in the list");
-    out.push_back(t);
-  }
-  return out;
 }
 
 }  // namespace
@@ -199,65 +159,5 @@ KOILA_API koila_status* koila_module_buffer_name(const koila_module* m, size_t i
 }
 
 KOILA_API void koila_module_free(koila_module* m) { delete m; }
-
-KOILA_API koila_status* koila_optimizer_sgd(koila_optimizer** out, koila_tensor* const* params, size_t n, double lr,
-                                            double momentum, double weight_decay) {
-  return guard(__func__, [&] {
-    arg::out(out);
-    auto tensors = optimizer_params(params, n);
-    const double inf = INFINITY;
-    check_hyperparameter(lr, "lr", 0, false, inf, true);
-    check_hyperparameter(momentum, "momentum", 0, false, inf, true);
-    check_hyperparameter(weight_decay, "weight_decay", 0, false, inf, true);
-    auto o = std::make_unique<koila_optimizer>();
-    o->params = tensors;
-    o->optimizer = std::make_unique<torch::optim::SGD>(
-        tensors, torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(weight_decay));
-    *out = o.release();
-  });
-}
-
-KOILA_API koila_status* koila_optimizer_adam(koila_optimizer** out, koila_tensor* const* params, size_t n, double lr,
-                                             double beta1, double beta2, double eps, double weight_decay) {
-  return guard(__func__, [&] {
-    arg::out(out);
-    auto tensors = optimizer_params(params, n);
-    const double inf = INFINITY;
-    check_hyperparameter(lr, "lr", 0, false, inf, true);
-    check_hyperparameter(beta1, "beta1", 0, false, 1, true);
-    check_hyperparameter(beta2, "beta2", 0, false, 1, true);
-    check_hyperparameter(eps, "eps", 0, false, inf, true);
-    check_hyperparameter(weight_decay, "weight_decay", 0, false, inf, true);
-    auto o = std::make_unique<koila_optimizer>();
-    o->params = tensors;
-    o->optimizer = std::make_unique<torch::optim::Adam>(
-        tensors,
-        torch::optim::AdamOptions(lr).betas(std::make_tuple(beta1, beta2)).eps(eps).weight_decay(weight_decay));
-    *out = o.release();
-  });
-}
-
-KOILA_API koila_status* koila_optimizer_step(koila_optimizer* o) {
-  return guard(__func__, [&] {
-    koila_optimizer& opt = arg::handle(o, "o");
-    try {
-      opt.optimizer->step();
-    } catch (const c10::Error&) {
-      rethrow_torch_error("optimizer step", KOILA_ERROR_INVALID_ARGUMENT);
-    }
-  });
-}
-
-KOILA_API koila_status* koila_optimizer_zero_grad(koila_optimizer* o) {
-  return guard(__func__, [&] {
-    koila_optimizer& opt = arg::handle(o, "o");
-    // In place, as koila_tensor_zero_grad: gradient handles stay valid.
-    c10::NoGradGuard no_grad;
-    for (at::Tensor& p : opt.params)
-      if (p.grad().defined()) note_zeroed(p.mutable_grad().zero_());
-  });
-}
-
-KOILA_API void koila_optimizer_free(koila_optimizer* o) { delete o; }
 
 }  // extern "C"

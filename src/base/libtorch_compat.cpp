@@ -1,5 +1,9 @@
 #include "base/libtorch_compat.h"
 
+#include <torch/optim/optimizer.h>
+
+#include <string>
+
 namespace koila::compat {
 
 int64_t concrete_int(const c10::IValue& v) {
@@ -14,6 +18,31 @@ std::vector<int64_t> concrete_ints(const c10::IValue& v) {
   std::vector<int64_t> out;
   for (const c10::IValue& e : v.toListRef()) out.push_back(concrete_int(e));
   return out;
+}
+
+namespace {
+
+#if TORCH_VERSION_MAJOR >= 2
+void* state_key(const at::Tensor& param) { return param.unsafeGetTensorImpl(); }
+#else
+std::string state_key(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+#endif
+
+}  // namespace
+
+torch::optim::OptimizerParamState* param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  auto& states = optimizer.state();
+  auto it = states.find(state_key(param));
+  return it == states.end() ? nullptr : it->second.get();
+}
+
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                     std::unique_ptr<torch::optim::OptimizerParamState> state) {
+  auto& states = optimizer.state();
+  if (state)
+    states[state_key(param)] = std::move(state);
+  else
+    states.erase(state_key(param));
 }
 
 }  // namespace koila::compat

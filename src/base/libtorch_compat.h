@@ -10,12 +10,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace c10d {
 class Backend;
 class ProcessGroup;
 }  // namespace c10d
+namespace torch::optim {
+class Optimizer;
+struct OptimizerParamState;
+}  // namespace torch::optim
 
 namespace koila::compat {
 
@@ -54,5 +59,13 @@ using CommBackend = c10d::Backend;
 #else
 using CommBackend = c10d::ProcessGroup;
 #endif
+
+// torch::optim keeps each parameter's state (moments, step counts) in a map keyed by the
+// parameter's TensorImpl: as its address printed to a string up to 1.13, as the address
+// itself from 2.0. The state of `param` (nullptr before its first step), and its
+// replacement (nullptr erases it).
+torch::optim::OptimizerParamState* param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                     std::unique_ptr<torch::optim::OptimizerParamState> state);
 
 }  // namespace koila::compat
