@@ -65,7 +65,10 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const char* device = argc > 1 ? argv[1] : "cpu";
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 11;
-  const at::Device dev(device);
+  // "cuda" as koila_module_load reads it: the first device, with its index (module calls
+  // compare devices, and "cuda" alone is not "cuda:0").
+  at::Device dev(device);
+  if (dev.is_cuda() && !dev.has_index()) dev = at::Device(at::kCUDA, 0);
   std::vector<Workload> workloads;
   workloads.emplace_back("ts-mlp", scripted::mlp(1), std::vector<int64_t>{784}, dev);
   workloads.emplace_back("ts-cnn", scripted::cnn(1), std::vector<int64_t>{3, 32, 32}, dev);

@@ -881,7 +881,7 @@ KOILA_API koila_status *koila_clip_grad_norm(double *out, koila_tensor *const *p
    when the last koila tensor sharing the memory is freed). No copy: the tensor shares the
    producer's memory, and writes through koila (an optimizer step) are seen by the
    producer. The result is concrete and has no batch dim (wrap it with koila_lazy).
-   Refused with KOILA_ERROR_UNSUPPORTED: a major version above 1; a device other than the
+   Refused with KOILA_ERROR_UNSUPPORTED: a major version other than 1; a device other than the
    CPU (or pinned host memory) or, in a CUDA build, a CUDA device; a dtype outside
    koila_dtype, or with lanes != 1; a read-only tensor (flag DLPACK_FLAG_BITMASK_READ_ONLY:
    koila's tensors are writable); negative strides; a data pointer plus byte_offset not

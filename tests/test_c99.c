@@ -99,6 +99,33 @@ static void module_checks(const char *dir) {
   ok(koila_tensor_grad(&g, params[0]));
   CHECK(g != NULL);
 
+  /* Clipping, the learning rate, and the optimizer's state in a file: an Adam state does not
+     load into AdamW, and does into another Adam, learning rate included. */
+  {
+    koila_optimizer *adamw = NULL, *adam = NULL;
+    koila_status *s;
+    double norm = -1, lr = 0;
+    ok(koila_clip_grad_norm(&norm, params, 4, 1e9));
+    CHECK(norm > 0 && norm < 1e9);
+    ok(koila_optimizer_set_lr(opt, 5e-4));
+    snprintf(saved, sizeof saved, "%s/c99-adam.state", dir);
+    ok(koila_optimizer_save(opt, saved));
+    ok(koila_optimizer_adamw(&adamw, params, 4, 1e-3, 0.9, 0.999, 1e-8, 0.01));
+    s = koila_optimizer_load(adamw, saved);
+    CHECK(koila_status_code(s) == KOILA_ERROR_INVALID_ARGUMENT);
+    koila_status_free(s);
+    ok(koila_optimizer_adam(&adam, params, 4, 1e-2, 0.9, 0.999, 1e-8, 0.0));
+    ok(koila_optimizer_load(adam, saved));
+    ok(koila_optimizer_lr(adam, &lr));
+    CHECK(lr == 5e-4);
+    remove(saved);
+    s = koila_optimizer_load(adam, saved);
+    CHECK(koila_status_code(s) == KOILA_ERROR_IO);
+    koila_status_free(s);
+    koila_optimizer_free(adamw);
+    koila_optimizer_free(adam);
+  }
+
   /* Saved with the trained parameters. */
   snprintf(saved, sizeof saved, "%s/c99-trained.pt", dir);
   ok(koila_module_save(m, saved));
@@ -135,6 +162,67 @@ static void module_checks(const char *dir) {
   koila_tensor_free(y);
   koila_tensor_free(data);
   koila_tensor_free(labels);
+}
+
+/* DLPack from C: a plain DLManagedTensor over a C array, declared here as dlpack.h does. */
+typedef struct {
+  void *data;
+  struct {
+    int32_t device_type, device_id;
+  } device;
+  int32_t ndim;
+  struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+  } dtype;
+  int64_t *shape, *strides;
+  uint64_t byte_offset;
+} c_dltensor;
+typedef struct c_dlmanaged {
+  c_dltensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct c_dlmanaged *self);
+} c_dlmanaged;
+
+static void count_deletion(c_dlmanaged *self) { ++*(int *)self->manager_ctx; }
+
+static void dlpack_checks(void) {
+  float values[6] = {0, 1, 2, 3, 4, 5};
+  int64_t shape[2] = {2, 3};
+  int deleted = 0;
+  c_dlmanaged m;
+  koila_tensor *t = NULL, *back = NULL;
+  void *out = NULL;
+  float read[6];
+  memset(&m, 0, sizeof m);
+  m.dl_tensor.data = values;
+  m.dl_tensor.device.device_type = 1; /* kDLCPU */
+  m.dl_tensor.ndim = 2;
+  m.dl_tensor.dtype.code = 2; /* kDLFloat */
+  m.dl_tensor.dtype.bits = 32;
+  m.dl_tensor.dtype.lanes = 1;
+  m.dl_tensor.shape = shape;
+  m.manager_ctx = &deleted;
+  m.deleter = count_deletion;
+  if (ok(koila_tensor_from_dlpack(&t, &m, 0))) {
+    values[4] = 40; /* shared, not copied */
+    ok(koila_tensor_to_host(t, read, sizeof read));
+    CHECK(read[4] == 40 && read[5] == 5);
+    ok(koila_tensor_to_dlpack(&out, t, 1));
+    ok(koila_tensor_from_dlpack(&back, out, 1));
+    koila_tensor_free(t);
+    CHECK(deleted == 0); /* back still shares the array */
+    koila_tensor_free(back);
+  }
+  CHECK(deleted == 1);
+  /* Refused (lanes = 2): the deleter still runs, once. */
+  m.dl_tensor.dtype.lanes = 2;
+  {
+    koila_status *s = koila_tensor_from_dlpack(&t, &m, 0);
+    CHECK(koila_status_code(s) == KOILA_ERROR_UNSUPPORTED);
+    koila_status_free(s);
+  }
+  CHECK(deleted == 2);
 }
 
 int main(int argc, char **argv) {
@@ -308,6 +396,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s MODELS_DIR\n", argv[0]);
     ++failures;
   }
+  dlpack_checks();
 
   /* Any free order; every _free takes NULL. */
   koila_tensor_free(x);

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <ATen/DLConvertor.h>
+
+#include "base/dlpack.h"
 #include "helpers.h"
 #include "koila.h"
 #include "models.h"
@@ -186,6 +189,78 @@ TEST(Cuda, NcclGroupOfOneRankEqualsAPlainBackward) {
   expect_close(grads(m), eager, "nccl group of one");
   koila_group_free(g);
   std::remove(store.c_str());
+}
+
+// Issue 29 on the device: DLPack shares CUDA memory both ways (with ATen's own producer on
+// the other side), and an optimizer's state saved from CUDA tensors loads into one over
+// CUDA tensors and steps bit for bit as the saved one does.
+TEST(Cuda, DLPackSharesDeviceMemory) {
+  SKIP_WITHOUT_CUDA();
+  const at::Tensor value = at::randn({4, 6}, at::kCUDA).t();
+  Handle k(koila::new_handle(koila::make_constant(value)));
+  for (int versioned : {0, 1}) {
+    void* out = nullptr;
+    ASSERT_OK(koila_tensor_to_dlpack(&out, k.get(), versioned));
+    const koila::dlpack::Tensor& d = versioned ? static_cast<koila::dlpack::ManagedTensorVersioned*>(out)->dl_tensor
+                                               : static_cast<koila::dlpack::ManagedTensor*>(out)->dl_tensor;
+    EXPECT_EQ(d.device.device_type, 2);  // kDLCUDA
+    EXPECT_EQ(d.device.device_id, value.device().index());
+    EXPECT_EQ(d.data, value.data_ptr());
+    Handle back = CALL(koila_tensor_from_dlpack, out, versioned);
+    EXPECT_EQ(back->node->value.device(), value.device());
+    EXPECT_EQ(back->node->value.data_ptr(), value.data_ptr());
+    EXPECT_TRUE(at::equal(back->node->value, value));
+  }
+  Handle from_aten = CALL(koila_tensor_from_dlpack, at::toDLPack(value), 0);
+  EXPECT_EQ(from_aten->node->value.data_ptr(), value.data_ptr());
+  // A device this machine does not have: refused, the producer's deleter called once.
+  DLManagedTensor* elsewhere = at::toDLPack(value);
+  elsewhere->dl_tensor.device.device_id = 99;
+  koila_tensor* t = nullptr;
+  koila_status* s = koila_tensor_from_dlpack(&t, elsewhere, 0);
+  EXPECT_EQ(koila_status_code(s), KOILA_ERROR_UNSUPPORTED) << koila_status_message(s);
+  koila_status_free(s);
+  EXPECT_EQ(t, nullptr);
+}
+
+TEST(Cuda, OptimizerStateLoadsAndStepsBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  at::manual_seed(4);
+  std::vector<at::Tensor> a, b;
+  std::vector<Handle> ha, hb;
+  std::vector<koila_tensor*> ra, rb;
+  for (const auto& shape : {std::vector<int64_t>{64, 32}, std::vector<int64_t>{32}}) {
+    const at::Tensor init = at::randn(shape, at::kCUDA);
+    a.push_back(init.clone().requires_grad_(true));
+    b.push_back(init.clone().requires_grad_(true));
+    ha.emplace_back(koila::new_handle(koila::make_constant(a.back())));
+    hb.emplace_back(koila::new_handle(koila::make_constant(b.back())));
+    ra.push_back(ha.back().get());
+    rb.push_back(hb.back().get());
+  }
+  koila_optimizer *oa = nullptr, *ob = nullptr;
+  ASSERT_OK(koila_optimizer_adamw(&oa, ra.data(), ra.size(), 1e-2, 0.9, 0.99, 1e-8, 0.05));
+  ASSERT_OK(koila_optimizer_adamw(&ob, rb.data(), rb.size(), 1e-2, 0.9, 0.99, 1e-8, 0.05));
+  const std::string path = "/tmp/koila_cuda_optimizer_" + std::to_string(getpid()) + ".opt";
+  for (int t = 0; t < 4; ++t) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const at::Tensor g = at::randn_like(a[i]);
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    double na = 0, nb = 0;
+    ASSERT_OK(koila_clip_grad_norm(&na, ra.data(), ra.size(), 5.0));
+    ASSERT_OK(koila_clip_grad_norm(&nb, rb.data(), rb.size(), 5.0));
+    EXPECT_EQ(na, nb);
+    ASSERT_OK(koila_optimizer_step(oa));
+    ASSERT_OK(koila_optimizer_save(oa, path.c_str()));
+    ASSERT_OK(koila_optimizer_step(ob));
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "step " << t << " parameter " << i;
+    ASSERT_OK(koila_optimizer_load(ob, path.c_str()));
+  }
+  koila_optimizer_free(oa);
+  koila_optimizer_free(ob);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -270,6 +270,17 @@ TEST_P(DLPack, EveryDtypeRoundTrips) {
     EXPECT_EQ(back->node->value.data_ptr(), value.data_ptr());
     EXPECT_TRUE(at::equal(back->node->value, value)) << koila::dtype_name(type);
   }
+  // A 0-dim tensor: shape and strides are still pointers (consumers read them).
+  Handle scalar(koila::new_handle(koila::make_constant(at::scalar_tensor(2.5))));
+  void* one = nullptr;
+  ASSERT_OK(koila_tensor_to_dlpack(&one, scalar.get(), v ? 1 : 0));
+  const dl::Tensor& d0 =
+      v ? static_cast<dl::ManagedTensorVersioned*>(one)->dl_tensor : static_cast<dl::ManagedTensor*>(one)->dl_tensor;
+  EXPECT_EQ(d0.ndim, 0);
+  EXPECT_NE(d0.shape, nullptr);
+  EXPECT_NE(d0.strides, nullptr);
+  Handle scalar_back = CALL(koila_tensor_from_dlpack, one, v ? 1 : 0);
+  EXPECT_EQ(to_aten(scalar_back.get()).item<double>(), 2.5);
   // Empty tensors too.
   Handle empty(koila::new_handle(koila::make_constant(at::empty({0, 3}))));
   void* out = nullptr;

@@ -158,7 +158,13 @@ void delete_versioned(ManagedTensorVersioned* self) { delete static_cast<Export*
 
 at::Tensor from_dlpack(void* managed, bool versioned) {
   if (managed == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "managed must not be NULL");
-  auto owner = std::make_shared<Owner>(managed, versioned);
+  std::shared_ptr<Owner> owner;
+  try {
+    owner = std::make_shared<Owner>(managed, versioned);
+  } catch (...) {
+    Owner release(managed, versioned);  // the deleter runs here, once, also without memory
+    throw;
+  }
   if (!versioned) return import(static_cast<ManagedTensor*>(managed)->dl_tensor, owner);
   const auto* m = static_cast<ManagedTensorVersioned*>(managed);
   if (m->version.major != kMajor)
@@ -182,6 +188,9 @@ void* to_dlpack(const at::Tensor& t, bool versioned) {
     fail(KOILA_ERROR_UNSUPPORTED, "DLPack export from device " + t.device().str() + " is not supported");
   e->shape = t.sizes().vec();
   e->strides = t.strides().vec();
+  // Never NULL, also for a 0-dim tensor: consumers read shape and strides whatever ndim is.
+  e->shape.reserve(1);
+  e->strides.reserve(1);
   d.data = e->tensor.numel() > 0 ? e->tensor.data_ptr() : nullptr;
   d.ndim = static_cast<int32_t>(t.dim());
   d.shape = e->shape.data();

@@ -28,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -535,10 +536,20 @@ void read_timeline(State& st, const koila_timeline* t) {
   if (has_peak && n > 0 && peak_bytes != top) die("the timeline's peak index does not name its largest peak");
 }
 
-void make_optimizer(State& st, bool adam) {
-  const char* fn = adam ? "koila_optimizer_adam" : "koila_optimizer_sgd";
+enum class OptKind { Sgd, Adam, AdamW };
+
+// A random parameter list (NULL entries and a NULL list included).
+std::vector<koila_tensor*> pick_params(State& st) {
   std::vector<koila_tensor*> params(static_cast<size_t>(st.in.below(4)));
   for (koila_tensor*& p : params) p = pick(st, nullptr, 2);
+  return params;
+}
+
+void make_optimizer(State& st, OptKind kind) {
+  const char* fn = kind == OptKind::Sgd    ? "koila_optimizer_sgd"
+                   : kind == OptKind::Adam ? "koila_optimizer_adam"
+                                           : "koila_optimizer_adamw";
+  std::vector<koila_tensor*> params = pick_params(st);
   auto hyper = [&](double lo, double hi) {
     return st.in.chance(4) ? (st.in.chance(50) ? NAN : -1.0) : st.in.real(lo, hi);
   };
@@ -550,10 +561,135 @@ void make_optimizer(State& st, bool adam) {
   }
   koila_optimizer* out = sentinel<koila_optimizer>();
   koila_tensor* const* list = st.in.chance(3) ? nullptr : params.data();
-  const bool ok = check(adam ? koila_optimizer_adam(&out, list, params.size(), lr, a, b, eps, wd)
-                             : koila_optimizer_sgd(&out, list, params.size(), lr, a, wd),
-                        fn);
-  if (check_out(ok, out, fn)) st.optimizers.push_back(out);
+  koila_status* s = kind == OptKind::Sgd    ? koila_optimizer_sgd(&out, list, params.size(), lr, a, wd)
+                    : kind == OptKind::Adam ? koila_optimizer_adam(&out, list, params.size(), lr, a, b, eps, wd)
+                                            : koila_optimizer_adamw(&out, list, params.size(), lr, a, b, eps, wd);
+  if (check_out(check(s, fn), out, fn)) st.optimizers.push_back(out);
+}
+
+// Optimizer state files: good ones, one of another optimizer, cut short, junk, a module's,
+// missing, a folder.
+void save_or_load_optimizer(State& st, bool save) {
+  koila_optimizer* o = pick_optimizer(st);
+  const std::string good = st.scratch + "/optimizer" + std::to_string(st.in.below(2)) + ".state";
+  if (save) {
+    const char* p = st.in.chance(5) ? nullptr : st.in.chance(10) ? st.scratch.c_str() : good.c_str();
+    note("koila_optimizer_save");
+    check(koila_optimizer_save(o, p), "koila_optimizer_save");
+    return;
+  }
+  std::string path = good;
+  if (st.in.chance(30)) {  // a copy of a saved state, cut or with a byte changed
+    std::ifstream in(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!bytes.empty()) {
+      if (st.in.chance(50))
+        bytes.resize(static_cast<size_t>(st.in.below(static_cast<int>(bytes.size()))));
+      else
+        bytes[static_cast<size_t>(st.in.below(static_cast<int>(bytes.size())))] ^= 0x20;
+    }
+    path = st.scratch + "/spoilt.state";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  } else if (st.in.chance(20) && !st.module_files.empty()) {
+    path = st.module_files[st.in.below(static_cast<int>(st.module_files.size()))];
+  }
+  note("koila_optimizer_load " + path);
+  check(koila_optimizer_load(o, st.in.chance(5) ? nullptr : path.c_str()), "koila_optimizer_load");
+}
+
+// DLPack: a producer that counts its deleter's calls, which must be exactly one per struct
+// handed to koila_tensor_from_dlpack, whatever the call returned.
+struct FuzzDLTensor {
+  void* data;
+  int32_t device_type, device_id;
+  int32_t ndim;
+  uint8_t code, bits;
+  uint16_t lanes;
+  int64_t *shape, *strides;
+  uint64_t byte_offset;
+};
+struct FuzzManaged {
+  FuzzDLTensor t;
+  void* ctx;
+  void (*deleter)(FuzzManaged*);
+};
+struct FuzzManagedVersioned {
+  uint32_t major, minor;
+  void* ctx;
+  void (*deleter)(FuzzManagedVersioned*);
+  uint64_t flags;
+  FuzzDLTensor t;
+};
+struct FuzzProducer {
+  std::vector<float> data;
+  int64_t shape[2], strides[2];
+  int deleted = 0;
+  FuzzManaged plain{};
+  FuzzManagedVersioned versioned{};
+};
+
+void dlpack_import(State& st) {
+  auto prod = std::make_unique<FuzzProducer>();
+  const int64_t rows = st.in.range(0, 4), cols = st.in.range(0, 4);
+  prod->data.resize(static_cast<size_t>(rows * cols + 8), 1.5f);
+  prod->shape[0] = rows;
+  prod->shape[1] = cols;
+  prod->strides[0] = st.in.chance(10) ? -cols : cols;
+  prod->strides[1] = 1;
+  FuzzDLTensor t{prod->data.data(), 1, 0, 2, 2, 32, 1, prod->shape, st.in.chance(30) ? nullptr : prod->strides, 0};
+  if (st.in.chance(10)) t.device_type = static_cast<int32_t>(st.in.range(2, 16));
+  if (st.in.chance(10)) t.code = static_cast<uint8_t>(st.in.below(8));
+  if (st.in.chance(10)) t.bits = static_cast<uint8_t>(8 << st.in.below(4));
+  if (st.in.chance(5)) t.lanes = 4;
+  if (st.in.chance(5)) t.ndim = static_cast<int32_t>(st.in.range(-2, 2));
+  if (st.in.chance(5)) t.byte_offset = static_cast<uint64_t>(st.in.below(16));
+  if (st.in.chance(5)) t.data = nullptr;
+  if (st.in.chance(5)) t.shape = nullptr;
+  const int versioned = st.in.chance(5) ? static_cast<int>(st.in.range(-1, 3)) : static_cast<int>(st.in.below(2));
+  prod->plain = {t, prod.get(), [](FuzzManaged* m) { ++static_cast<FuzzProducer*>(m->ctx)->deleted; }};
+  prod->versioned = {st.in.chance(10) ? static_cast<uint32_t>(st.in.below(3)) : 1u,
+                     0,
+                     prod.get(),
+                     [](FuzzManagedVersioned* m) { ++static_cast<FuzzProducer*>(m->ctx)->deleted; },
+                     st.in.chance(10) ? uint64_t{1} : uint64_t{0},
+                     t};
+  void* managed = versioned == 1 ? static_cast<void*>(&prod->versioned) : static_cast<void*>(&prod->plain);
+  koila_tensor* out = sentinel<koila_tensor>();
+  note("koila_tensor_from_dlpack versioned " + std::to_string(versioned));
+  const bool ok =
+      check(koila_tensor_from_dlpack(st.in.chance(5) ? nullptr : &out, managed, versioned), "koila_tensor_from_dlpack");
+  if (versioned != 0 && versioned != 1) {
+    if (prod->deleted != 0) die("koila_tensor_from_dlpack called the deleter of a struct it was told not to read");
+    return;
+  }
+  if (check_out(ok, out, "koila_tensor_from_dlpack")) {
+    if (prod->deleted != 0) die("koila_tensor_from_dlpack: the deleter ran while the tensor lives");
+    koila_tensor_free(out);  // the producer's buffer goes with prod: the tensor must not outlive it
+  }
+  if (prod->deleted != 1)
+    die("koila_tensor_from_dlpack: the deleter ran " + std::to_string(prod->deleted) + " times, not once");
+}
+
+void dlpack_export(State& st) {
+  int d = 0;
+  koila_tensor* t = pick(st, &d);
+  const int versioned = st.in.chance(5) ? static_cast<int>(st.in.range(-1, 3)) : static_cast<int>(st.in.below(2));
+  void* out = nullptr;
+  note("koila_tensor_to_dlpack versioned " + std::to_string(versioned));
+  if (!check(koila_tensor_to_dlpack(st.in.chance(5) ? nullptr : &out, t, versioned), "koila_tensor_to_dlpack")) return;
+  if (out == nullptr) die("koila_tensor_to_dlpack succeeded without a struct");
+  if (st.in.chance(50)) {  // back into koila (it owns the struct from then on)
+    koila_tensor* back = sentinel<koila_tensor>();
+    const bool ok = check(koila_tensor_from_dlpack(&back, out, versioned), "koila_tensor_from_dlpack");
+    if (check_out(ok, back, "koila_tensor_from_dlpack")) keep(st, back, d);
+  } else if (versioned == 1) {
+    auto* m = static_cast<FuzzManagedVersioned*>(out);
+    if (m->major != 1) die("koila_tensor_to_dlpack: a versioned struct of DLPack " + std::to_string(m->major));
+    m->deleter(m);
+  } else {
+    auto* m = static_cast<FuzzManaged*>(out);
+    m->deleter(m);
+  }
 }
 
 // A plausible training step assembled from valid calls, so that chunked backward, module
@@ -1181,8 +1317,38 @@ std::vector<Entry> make_table() {
   });
 
   // Optimizers.
-  add("koila_optimizer_sgd", 1, [](State& st) { make_optimizer(st, false); });
-  add("koila_optimizer_adam", 1, [](State& st) { make_optimizer(st, true); });
+  add("koila_optimizer_sgd", 1, [](State& st) { make_optimizer(st, OptKind::Sgd); });
+  add("koila_optimizer_adam", 1, [](State& st) { make_optimizer(st, OptKind::Adam); });
+  add("koila_optimizer_adamw", 1, [](State& st) { make_optimizer(st, OptKind::AdamW); });
+  add("koila_optimizer_set_lr", 1, [](State& st) {
+    koila_optimizer* o = pick_optimizer(st);
+    const double lr = st.in.chance(5) ? (st.in.chance(50) ? NAN : -0.5) : st.in.real(0, 0.1);
+    note("koila_optimizer_set_lr");
+    check(koila_optimizer_set_lr(o, lr), "koila_optimizer_set_lr");
+  });
+  add("koila_optimizer_lr", 1, [](State& st) {
+    koila_optimizer* o = pick_optimizer(st);
+    double lr = -1;
+    note("koila_optimizer_lr");
+    if (check(koila_optimizer_lr(o, st.in.chance(5) ? nullptr : &lr), "koila_optimizer_lr") &&
+        !(lr >= 0 && std::isfinite(lr)))
+      die("koila_optimizer_lr gave " + std::to_string(lr));
+  });
+  add("koila_optimizer_save", 1, [](State& st) { save_or_load_optimizer(st, true); });
+  add("koila_optimizer_load", 1, [](State& st) { save_or_load_optimizer(st, false); });
+  add("koila_clip_grad_norm", 1, [](State& st) {
+    std::vector<koila_tensor*> params = pick_params(st);
+    koila_tensor* const* list = st.in.chance(3) ? nullptr : params.data();
+    const double max_norm = st.in.chance(5) ? (st.in.chance(50) ? NAN : -1.0) : st.in.real(0, 2);
+    double norm = -1;
+    note("koila_clip_grad_norm n " + std::to_string(params.size()));
+    if (check(koila_clip_grad_norm(st.in.chance(5) ? nullptr : &norm, list, params.size(), max_norm),
+              "koila_clip_grad_norm") &&
+        !(norm >= 0 && std::isfinite(norm)))
+      die("koila_clip_grad_norm succeeded with norm " + std::to_string(norm));
+  });
+  add("koila_tensor_from_dlpack", 1, dlpack_import);
+  add("koila_tensor_to_dlpack", 1, dlpack_export);
   add("koila_optimizer_step", 2, [](State& st) {
     koila_optimizer* o = pick_optimizer(st);
     note("koila_optimizer_step");
