@@ -18,9 +18,14 @@
  *   int64_t, uint64_t, size_t                               long (uint64_t as unsigned bits)
  *   enums                                                   int (constants in koila_code, ...)
  *   const char * (in and out)                               String, as real UTF-8
+ *   void *managed / void **out (DLPack structs)             long / long[] (their address)
  *
  * A fallible function returns its koila_status* as a long: 0 is success; otherwise read it
  * with koila_status_code/koila_status_message and release it with koila_status_free.
+ *
+ * Beside them, KoilaNative has the JNI layer's DLPack helpers for direct buffers
+ * (dlpack_wrap_buffer, dlpack_layout, dlpack_direct_buffer, dlpack_delete,
+ * dlpack_shared_buffers; see their section below).
  *
  * The raw layer is as unsafe as C with respect to handles: a freed or made-up address
  * crashes the JVM. Arrays are checked (an out array without room throws
@@ -81,16 +86,8 @@
 /* Opaque handles                                                                        */
 /* ------------------------------------------------------------------------------------ */
 
-%define KOILA_HANDLE(T)
-%typemap(jni) T *, const T * "jlong"
-%typemap(jtype) T *, const T * "long"
-%typemap(jstype) T *, const T * "long"
-%typemap(javain) T *, const T * "$javainput"
-%typemap(javaout) T *, const T * { return $jnicall; }
-%typemap(in) T *, const T * %{ $1 = ($1_ltype)(intptr_t)$input; %}
-%typemap(out) T *, const T * %{ $result = (jlong)(intptr_t)$1; %}
-
 /* T **out: a long[] with room for one handle (null passes NULL, which the C side refuses). */
+%define KOILA_OUT_POINTER(T)
 %typemap(jni) T ** "jlongArray"
 %typemap(jtype) T ** "long[]"
 %typemap(jstype) T ** "long[]"
@@ -114,6 +111,17 @@
 }
 %enddef
 
+%define KOILA_HANDLE(T)
+%typemap(jni) T *, const T * "jlong"
+%typemap(jtype) T *, const T * "long"
+%typemap(jstype) T *, const T * "long"
+%typemap(javain) T *, const T * "$javainput"
+%typemap(javaout) T *, const T * { return $jnicall; }
+%typemap(in) T *, const T * %{ $1 = ($1_ltype)(intptr_t)$input; %}
+%typemap(out) T *, const T * %{ $result = (jlong)(intptr_t)$1; %}
+KOILA_OUT_POINTER(T)
+%enddef
+
 KOILA_HANDLE(koila_tensor)
 KOILA_HANDLE(koila_status)
 KOILA_HANDLE(koila_plan)
@@ -121,6 +129,15 @@ KOILA_HANDLE(koila_module)
 KOILA_HANDLE(koila_optimizer)
 KOILA_HANDLE(koila_group)
 KOILA_HANDLE(koila_timeline)
+
+/* DLPack structs (koila_tensor_from_dlpack, koila_tensor_to_dlpack) cross as their address:
+   void *managed is a long, void **out a long[] that receives one. */
+%typemap(jni) void *managed "jlong"
+%typemap(jtype) void *managed "long"
+%typemap(jstype) void *managed "long"
+%typemap(javain) void *managed "$javainput"
+%typemap(in) void *managed %{ $1 = (void *)(intptr_t)$input; %}
+KOILA_OUT_POINTER(void)
 
 /* koila_tensor *const *ts, size_t n (also inputs, params): a long[] of tensor handles. */
 %define KOILA_TENSOR_ARRAY(NAME)
@@ -421,6 +438,262 @@ static int koila_progress_install(JNIEnv *jenv, jobject listener) {
   $1 = $input ? koila_progress_trampoline : NULL;
   $2 = NULL;
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* DLPack over direct buffers: helpers of the JNI layer (not koila.h functions), so that  */
+/* org.koila.Tensor shares memory with a java.nio direct buffer both ways, no copy.       */
+/*                                                                                        */
+/*   dlpack_wrap_buffer   a new DLManagedTensorVersioned (DLPack 1.1) over a direct       */
+/*                        buffer's memory, for koila_tensor_from_dlpack; it holds a JNI   */
+/*                        global reference to the buffer, which its deleter deletes (on   */
+/*                        any thread: a thread koila frees it on is attached if need be). */
+/*                        Checks that the elements fit the buffer's capacity; throws      */
+/*                        IllegalArgumentException (and returns 0) otherwise.             */
+/*   dlpack_shared_buffers  how many of those structs are alive (made, deleter not yet    */
+/*                        run): for tests.                                                */
+/*   dlpack_layout        reads a DLManagedTensor(Versioned) (what koila_tensor_to_dlpack */
+/*                        made) into a long[]: data + byte_offset, device type and id,    */
+/*                        dtype code, bits, lanes, ndim, then the sizes and the strides.  */
+/*   dlpack_direct_buffer a direct ByteBuffer over memory C owns (NewDirectByteBuffer).   */
+/*   dlpack_delete        calls a DLPack struct's deleter.                                */
+/* The structs are declared from the DLPack specification (koila.h has them as void *).  */
+/* ------------------------------------------------------------------------------------ */
+
+%{
+typedef struct { int32_t device_type, device_id; } koila_jni_dl_device;
+typedef struct { uint8_t code, bits; uint16_t lanes; } koila_jni_dl_dtype;
+typedef struct {
+  void *data;
+  koila_jni_dl_device device;
+  int32_t ndim;
+  koila_jni_dl_dtype dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+} koila_jni_dl_tensor;
+typedef struct koila_jni_dl_managed {
+  koila_jni_dl_tensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct koila_jni_dl_managed *self);
+} koila_jni_dl_managed;
+typedef struct koila_jni_dl_versioned {
+  struct { uint32_t major, minor; } version;
+  void *manager_ctx;
+  void (*deleter)(struct koila_jni_dl_versioned *self);
+  uint64_t flags;
+  koila_jni_dl_tensor dl_tensor;
+} koila_jni_dl_versioned;
+
+/* The layouts DLPack fixes on 64-bit targets (koila checks its own copy the same way). */
+typedef char koila_jni_dl_layout_check[sizeof(koila_jni_dl_managed) == 64 &&
+                                       sizeof(koila_jni_dl_versioned) == 80 ? 1 : -1];
+
+enum { KOILA_JNI_DL_INT = 0, KOILA_JNI_DL_UINT = 1, KOILA_JNI_DL_FLOAT = 2, KOILA_JNI_DL_BFLOAT = 4,
+       KOILA_JNI_DL_BOOL = 6 };
+#define KOILA_JNI_DL_READ_ONLY ((uint64_t)1)
+#define KOILA_JNI_LAYOUT_FIXED 7
+
+/* A struct over a direct buffer: the buffer's global reference and the sizes beside it. */
+typedef struct {
+  koila_jni_dl_versioned managed;
+  jobject buffer;
+  int64_t shape[1]; /* ndim of them (at least one allocated) */
+} koila_jni_shared_buffer;
+
+static JavaVM *koila_dlpack_vm = NULL;
+static long koila_dlpack_live = 0; /* structs whose deleter has not run: __atomic */
+
+static void koila_jni_shared_buffer_delete(koila_jni_dl_versioned *self) {
+  koila_jni_shared_buffer *s = (koila_jni_shared_buffer *)self->manager_ctx;
+  JNIEnv *env = NULL;
+  int attached = 0;
+  jint got = (*koila_dlpack_vm)->GetEnv(koila_dlpack_vm, (void **)&env, JNI_VERSION_1_6);
+  if (got == JNI_EDETACHED) {
+    if ((*koila_dlpack_vm)->AttachCurrentThreadAsDaemon(koila_dlpack_vm, (void **)&env, NULL) == JNI_OK) {
+      attached = 1;
+    } else {
+      env = NULL;
+    }
+  } else if (got != JNI_OK) {
+    env = NULL;
+  }
+  /* Without a JNIEnv (the JVM going away) the reference is left: the buffer stays alive. */
+  if (env) (*env)->DeleteGlobalRef(env, s->buffer);
+  if (attached) (*koila_dlpack_vm)->DetachCurrentThread(koila_dlpack_vm);
+  __atomic_sub_fetch(&koila_dlpack_live, 1, __ATOMIC_SEQ_CST);
+  free(s);
+}
+
+/* DLPack's code and bits of a koila_dtype; 0 for an unknown value. */
+static int koila_jni_dl_dtype_of(int dtype, koila_jni_dl_dtype *out) {
+  static const koila_jni_dl_dtype table[] = {
+      {KOILA_JNI_DL_FLOAT, 32, 1}, {KOILA_JNI_DL_FLOAT, 64, 1}, {KOILA_JNI_DL_FLOAT, 16, 1},
+      {KOILA_JNI_DL_BFLOAT, 16, 1}, {KOILA_JNI_DL_INT, 64, 1}, {KOILA_JNI_DL_INT, 32, 1},
+      {KOILA_JNI_DL_INT, 8, 1}, {KOILA_JNI_DL_UINT, 8, 1}, {KOILA_JNI_DL_BOOL, 8, 1}};
+  if (dtype < 0 || dtype >= (int)(sizeof table / sizeof table[0])) return 0;
+  *out = table[dtype];
+  return 1;
+}
+
+static int64_t dlpack_wrap_buffer(JNIEnv *jenv, jobject buffer, int64_t byte_offset, int buffer_element_size,
+                                  int dtype, const int64_t *shape, size_t ndim, int read_only) {
+  koila_jni_dl_dtype dl;
+  char *address;
+  jlong capacity;
+  int64_t numel = 1, nbytes;
+  size_t i;
+  koila_jni_shared_buffer *s;
+  if (!buffer) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "dlpack_wrap_buffer: buffer is null");
+    return 0;
+  }
+  if (!koila_jni_dl_dtype_of(dtype, &dl)) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "dlpack_wrap_buffer: unknown dtype");
+    return 0;
+  }
+  if (ndim > INT32_MAX || (ndim > 0 && !shape)) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "dlpack_wrap_buffer: bad shape");
+    return 0;
+  }
+  address = (char *)(*jenv)->GetDirectBufferAddress(jenv, buffer);
+  capacity = (*jenv)->GetDirectBufferCapacity(jenv, buffer);
+  if (!address || capacity < 0) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+                            "dlpack_wrap_buffer: not a direct buffer (or this JVM gives no access to its memory)");
+    return 0;
+  }
+  /* A negative size is koila's to refuse (nothing is read then); an element count that
+     overflows is refused here. */
+  for (i = 0; i < ndim; ++i) {
+    if (shape[i] < 0) {
+      numel = 0;
+      break;
+    }
+    if (shape[i] != 0 && numel > INT64_MAX / shape[i]) {
+      numel = -1;
+      break;
+    }
+    numel *= shape[i];
+  }
+  nbytes = numel < 0 || numel > INT64_MAX / 8 ? -1 : numel * (dl.bits / 8);
+  if (nbytes < 0 || byte_offset < 0 || buffer_element_size <= 0 ||
+      capacity > INT64_MAX / buffer_element_size || byte_offset > capacity * buffer_element_size ||
+      nbytes > capacity * buffer_element_size - byte_offset) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+                            "dlpack_wrap_buffer: the elements reach past the buffer's capacity");
+    return 0;
+  }
+  if (!koila_dlpack_vm && (*jenv)->GetJavaVM(jenv, &koila_dlpack_vm) != JNI_OK) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaRuntimeException, "dlpack_wrap_buffer: no JavaVM");
+    return 0;
+  }
+  s = (koila_jni_shared_buffer *)calloc(1, sizeof *s + (ndim > 1 ? ndim - 1 : 0) * sizeof(int64_t));
+  if (!s) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "dlpack_wrap_buffer: no memory");
+    return 0;
+  }
+  s->buffer = (*jenv)->NewGlobalRef(jenv, buffer);
+  if (!s->buffer) {
+    free(s);
+    return 0; /* OutOfMemoryError pending */
+  }
+  for (i = 0; i < ndim; ++i) s->shape[i] = shape[i];
+  s->managed.version.major = 1;
+  s->managed.version.minor = 1;
+  s->managed.manager_ctx = s;
+  s->managed.deleter = koila_jni_shared_buffer_delete;
+  s->managed.flags = read_only ? KOILA_JNI_DL_READ_ONLY : 0;
+  s->managed.dl_tensor.data = address;
+  s->managed.dl_tensor.device.device_type = 1; /* kDLCPU */
+  s->managed.dl_tensor.device.device_id = 0;
+  s->managed.dl_tensor.ndim = (int32_t)ndim;
+  s->managed.dl_tensor.dtype = dl;
+  s->managed.dl_tensor.shape = s->shape;
+  s->managed.dl_tensor.strides = NULL; /* compact, row-major */
+  s->managed.dl_tensor.byte_offset = (uint64_t)byte_offset;
+  __atomic_add_fetch(&koila_dlpack_live, 1, __ATOMIC_SEQ_CST);
+  return (int64_t)(intptr_t)&s->managed;
+}
+
+static int64_t dlpack_shared_buffers(void) { return __atomic_load_n(&koila_dlpack_live, __ATOMIC_SEQ_CST); }
+
+static const koila_jni_dl_tensor *koila_jni_dl_tensor_of(int64_t managed, int versioned) {
+  if (versioned) return &((const koila_jni_dl_versioned *)(intptr_t)managed)->dl_tensor;
+  return &((const koila_jni_dl_managed *)(intptr_t)managed)->dl_tensor;
+}
+
+static int64_t dlpack_layout(int64_t managed, int versioned, int64_t *dims, size_t capacity) {
+  const koila_jni_dl_tensor *t;
+  int64_t needed;
+  int32_t i;
+  if (!managed) return -1;
+  t = koila_jni_dl_tensor_of(managed, versioned);
+  needed = KOILA_JNI_LAYOUT_FIXED + 2 * (int64_t)(t->ndim > 0 ? t->ndim : 0);
+  if ((int64_t)capacity < needed) return needed;
+  dims[0] = (int64_t)(intptr_t)((char *)t->data + t->byte_offset);
+  dims[1] = t->device.device_type;
+  dims[2] = t->device.device_id;
+  dims[3] = t->dtype.code;
+  dims[4] = t->dtype.bits;
+  dims[5] = t->dtype.lanes;
+  dims[6] = t->ndim;
+  for (i = 0; i < t->ndim; ++i) {
+    dims[KOILA_JNI_LAYOUT_FIXED + i] = t->shape[i];
+    dims[KOILA_JNI_LAYOUT_FIXED + t->ndim + i] = t->strides ? t->strides[i] : 0;
+  }
+  /* NULL strides (compact and row-major): written out. */
+  if (!t->strides && t->ndim > 0) {
+    int64_t stride = 1;
+    for (i = t->ndim - 1; i >= 0; --i) {
+      dims[KOILA_JNI_LAYOUT_FIXED + t->ndim + i] = stride;
+      stride *= t->shape[i];
+    }
+  }
+  return needed;
+}
+
+static jobject dlpack_direct_buffer(JNIEnv *jenv, int64_t address, int64_t capacity) {
+  if (!address || capacity < 0 || capacity > INT32_MAX) {
+    SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+                            "dlpack_direct_buffer: a NULL address, or a capacity outside a ByteBuffer's");
+    return NULL;
+  }
+  return (*jenv)->NewDirectByteBuffer(jenv, (void *)(intptr_t)address, (jlong)capacity);
+}
+
+static void dlpack_delete(int64_t managed, int versioned) {
+  if (!managed) return;
+  if (versioned) {
+    koila_jni_dl_versioned *m = (koila_jni_dl_versioned *)(intptr_t)managed;
+    if (m->deleter) m->deleter(m);
+  } else {
+    koila_jni_dl_managed *m = (koila_jni_dl_managed *)(intptr_t)managed;
+    if (m->deleter) m->deleter(m);
+  }
+}
+%}
+
+/* The JNIEnv of the call, never a Java argument. */
+%typemap(in, numinputs=0) JNIEnv *jenv "$1 = jenv;"
+/* Any java.nio.Buffer (direct: the helpers check). */
+%typemap(jni) jobject buffer "jobject"
+%typemap(jtype) jobject buffer "java.nio.Buffer"
+%typemap(jstype) jobject buffer "java.nio.Buffer"
+%typemap(javain) jobject buffer "$javainput"
+%typemap(in) jobject buffer "$1 = $input;"
+/* A new java.nio.ByteBuffer (in the platform's byte order: set it with order()). */
+%typemap(jni) jobject dlpack_direct_buffer "jobject"
+%typemap(jtype) jobject dlpack_direct_buffer "java.nio.ByteBuffer"
+%typemap(jstype) jobject dlpack_direct_buffer "java.nio.ByteBuffer"
+%typemap(javaout) jobject dlpack_direct_buffer { return $jnicall; }
+%typemap(out) jobject dlpack_direct_buffer "$result = $1;"
+
+int64_t dlpack_wrap_buffer(JNIEnv *jenv, jobject buffer, int64_t byte_offset, int buffer_element_size, int dtype,
+                           const int64_t *shape, size_t ndim, int read_only);
+int64_t dlpack_shared_buffers(void);
+int64_t dlpack_layout(int64_t managed, int versioned, int64_t *dims, size_t capacity);
+jobject dlpack_direct_buffer(JNIEnv *jenv, int64_t address, int64_t capacity);
+void dlpack_delete(int64_t managed, int versioned);
 
 /* ------------------------------------------------------------------------------------ */
 /* The classes                                                                           */

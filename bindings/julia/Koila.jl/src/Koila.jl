@@ -55,6 +55,8 @@ include("memory.jl")
 include("chunking.jl")
 include("progress.jl")
 include("modules.jl")
+include("checkpoints.jl")
+include("dlpack.jl")
 include("groups.jl")
 
 export KoilaError, @check, BFloat16
@@ -71,7 +73,9 @@ export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, bu
        memory_part
 export TorchModule, forward, forward_all, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, module_kind, num_buffers, buffer, buffers, buffer_name,
-       buffer_names, Optimizer, SGD, Adam, step!
+       buffer_names, Optimizer, SGD, Adam, AdamW, step!
+export set_lr!, lr, load!, clip_grad_norm!
+export shared_tensor, shared_array, TensorArray, unsafe_from_dlpack, to_dlpack, dlpack_delete
 export ProcessGroup, group_rank, group_size, group_broadcast!, group_backward!
 
 end # module Koila

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: a235fd00b6935adaff873a027d251424c100dfe468b332d10430fa34548e7b82
+# Header sha256: 2cc000d46237468d859b9072057236bd2277ed06e1c620ef400e992561e00321
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -345,6 +345,14 @@ const _fptr_koila_group_size = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_broadcast = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_backward = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_free = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_optimizer_adamw = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_optimizer_set_lr = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_optimizer_lr = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_optimizer_save = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_optimizer_load = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_clip_grad_norm = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_tensor_from_dlpack = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_tensor_to_dlpack = Ref{Ptr{Cvoid}}(C_NULL)
 
 # Every function of koila.h, with the slot its address is stored in by load_libkoila.
 const _FUNCTIONS = (
@@ -491,6 +499,14 @@ const _FUNCTIONS = (
     (:koila_group_broadcast, _fptr_koila_group_broadcast),
     (:koila_group_backward, _fptr_koila_group_backward),
     (:koila_group_free, _fptr_koila_group_free),
+    (:koila_optimizer_adamw, _fptr_koila_optimizer_adamw),
+    (:koila_optimizer_set_lr, _fptr_koila_optimizer_set_lr),
+    (:koila_optimizer_lr, _fptr_koila_optimizer_lr),
+    (:koila_optimizer_save, _fptr_koila_optimizer_save),
+    (:koila_optimizer_load, _fptr_koila_optimizer_load),
+    (:koila_clip_grad_norm, _fptr_koila_clip_grad_norm),
+    (:koila_tensor_from_dlpack, _fptr_koila_tensor_from_dlpack),
+    (:koila_tensor_to_dlpack, _fptr_koila_tensor_to_dlpack),
 )
 
 """
@@ -2086,7 +2102,7 @@ end
 
 C: `koila_status *koila_optimizer_sgd(koila_optimizer **out, koila_tensor *const *params, size_t n, double lr, double momentum, double weight_decay);`
 
-Optimizers over concrete floating-point leaves that require grad (each at most once), as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step. lr, momentum, weight_decay and eps must be >= 0 and finite; 0 <= beta < 1.
+Optimizers over concrete floating-point leaves that require grad (each at most once), as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam with weight decay (L2; koila_optimizer_adamw decouples it). Parameters without a gradient are skipped by a step. lr, momentum, weight_decay and eps must be >= 0 and finite; 0 <= beta < 1.
 """
 function koila_optimizer_sgd(out, params, n, lr, momentum, weight_decay)
     fptr = _fptr_koila_optimizer_sgd[]
@@ -2123,7 +2139,7 @@ end
 
 C: `koila_status *koila_optimizer_zero_grad(koila_optimizer *o);`
 
-Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad).
+Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad), and gives each parameter without one a zero gradient: every step's backward then starts alike (a chunked backward adds into an existing gradient in another order than it makes a new one), which a run resumed from a checkpoint needs to continue bit for bit.
 """
 function koila_optimizer_zero_grad(o)
     fptr = _fptr_koila_optimizer_zero_grad[]
@@ -2216,6 +2232,108 @@ function koila_group_free(g)
     fptr = _fptr_koila_group_free[]
     fptr == C_NULL && _not_loaded(:koila_group_free)
     ccall(fptr, Cvoid, (Ptr{koila_group},), g)
+end
+
+"""
+    koila_optimizer_adamw(out, params, n, lr, beta1, beta2, eps, weight_decay) -> Ptr{koila_status}
+
+C: `koila_status *koila_optimizer_adamw(koila_optimizer **out, koila_tensor *const *params, size_t n, double lr, double beta1, double beta2, double eps, double weight_decay);`
+
+AdamW: Adam with decoupled weight decay, as torch.optim.AdamW (the parameters shrink by lr * weight_decay before the Adam update; the gradient is not changed). The same parameter rules and ranges as koila_optimizer_adam.
+"""
+function koila_optimizer_adamw(out, params, n, lr, beta1, beta2, eps, weight_decay)
+    fptr = _fptr_koila_optimizer_adamw[]
+    fptr == C_NULL && _not_loaded(:koila_optimizer_adamw)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_optimizer}}, Ptr{Ptr{koila_tensor}}, Csize_t, Cdouble, Cdouble, Cdouble, Cdouble, Cdouble), out, params, n, lr, beta1, beta2, eps, weight_decay)
+end
+
+"""
+    koila_optimizer_set_lr(o, lr) -> Ptr{koila_status}
+
+C: `koila_status *koila_optimizer_set_lr(koila_optimizer *o, double lr);`
+
+Sets the learning rate of every later step (a schedule is the caller's loop calling this). lr must be >= 0 and finite. Saved and loaded with the optimizer's state.
+"""
+function koila_optimizer_set_lr(o, lr)
+    fptr = _fptr_koila_optimizer_set_lr[]
+    fptr == C_NULL && _not_loaded(:koila_optimizer_set_lr)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_optimizer}, Cdouble), o, lr)
+end
+
+"""
+    koila_optimizer_lr(o, out) -> Ptr{koila_status}
+
+C: `koila_status *koila_optimizer_lr(const koila_optimizer *o, double *out);`
+
+The learning rate in force.
+"""
+function koila_optimizer_lr(o, out)
+    fptr = _fptr_koila_optimizer_lr[]
+    fptr == C_NULL && _not_loaded(:koila_optimizer_lr)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_optimizer}, Ptr{Cdouble}), o, out)
+end
+
+"""
+    koila_optimizer_save(o, path) -> Ptr{koila_status}
+
+C: `koila_status *koila_optimizer_save(const koila_optimizer *o, const char *path);`
+
+Saves the optimizer's whole state: its kind, hyperparameters (the learning rate in force included), and for each parameter its step count and moment or momentum buffers. The file is versioned and ends with a CRC-32 of everything before it. Atomic, as koila_module_save: whatever happens to the process during the call, the file at path is afterwards either the complete old file or the complete new one; a failed write is KOILA_ERROR_IO with the old file as it was.
+"""
+function koila_optimizer_save(o, path)
+    fptr = _fptr_koila_optimizer_save[]
+    fptr == C_NULL && _not_loaded(:koila_optimizer_save)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_optimizer}, Cstring), o, path)
+end
+
+"""
+    koila_optimizer_load(o, path) -> Ptr{koila_status}
+
+C: `koila_status *koila_optimizer_load(koila_optimizer *o, const char *path);`
+
+Loads what koila_optimizer_save wrote into an optimizer of the same kind over parameters of the same number, dtypes and shapes, in the same order (the parameters' values are the module's: load them with koila_module_load). The file's hyperparameters replace the optimizer's. A mismatch (another kind, another number of parameters, a parameter of another dtype or shape) is KOILA_ERROR_INVALID_ARGUMENT naming the first one; a missing, truncated or corrupt file (its checksum does not match), or one written by a newer koila, is KOILA_ERROR_IO. Either way the optimizer is unchanged.
+"""
+function koila_optimizer_load(o, path)
+    fptr = _fptr_koila_optimizer_load[]
+    fptr == C_NULL && _not_loaded(:koila_optimizer_load)
+    ccall(fptr, Ptr{koila_status}, (Ptr{koila_optimizer}, Cstring), o, path)
+end
+
+"""
+    koila_clip_grad_norm(out, params, n, max_norm) -> Ptr{koila_status}
+
+C: `koila_status *koila_clip_grad_norm(double *out, koila_tensor *const *params, size_t n, double max_norm);`
+
+Scales the gradients of params in place so that their joint 2-norm is at most max_norm, as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by min(1, max_norm / (norm + 1e-6)). Writes the norm before clipping to *out. params are concrete leaves, each at most once (as for the optimizers); those without a gradient are skipped, and with none *out is 0. After koila_backward the gradients are the whole batch's, also when it ran in chunks. max_norm must be >= 0 and finite. A norm that is not finite (an inf or NaN in a gradient) is KOILA_ERROR_INVALID_ARGUMENT with the norm written to *out and no gradient changed (skip that step).
+"""
+function koila_clip_grad_norm(out, params, n, max_norm)
+    fptr = _fptr_koila_clip_grad_norm[]
+    fptr == C_NULL && _not_loaded(:koila_clip_grad_norm)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Cdouble}, Ptr{Ptr{koila_tensor}}, Csize_t, Cdouble), out, params, n, max_norm)
+end
+
+"""
+    koila_tensor_from_dlpack(out, managed, versioned) -> Ptr{koila_status}
+
+C: `koila_status *koila_tensor_from_dlpack(koila_tensor **out, void *managed, int versioned);`
+
+DLPack (https://dmlc.github.io/dlpack/): sharing memory with other array libraries. koila.h does not include dlpack.h: the pointers are void *. Both forms of the exchange struct are taken and made: DLManagedTensor (versioned = 0, every DLPack) and DLManagedTensorVersioned (versioned = 1, DLPack >= 1.0), on every LibTorch koila builds against. A versioned other than 0 or 1 is KOILA_ERROR_INVALID_ARGUMENT, and then koila does not touch managed (it cannot know its layout). From: takes a DLManagedTensor * or DLManagedTensorVersioned * and owns it from then on, also when the call fails: koila calls its deleter exactly once (at once on failure, or when the last koila tensor sharing the memory is freed). No copy: the tensor shares the producer's memory, and writes through koila (an optimizer step) are seen by the producer. The result is concrete and has no batch dim (wrap it with koila_lazy). Refused with KOILA_ERROR_UNSUPPORTED: a major version other than 1; a device other than the CPU (or pinned host memory) or, in a CUDA build, a CUDA device; a dtype outside koila_dtype, or with lanes != 1; a read-only tensor (flag DLPACK_FLAG_BITMASK_READ_ONLY: koila's tensors are writable); negative strides; a data pointer plus byte_offset not aligned to the element size. Refused with KOILA_ERROR_INVALID_ARGUMENT: managed NULL, a negative ndim or size, NULL shape with ndim > 0, NULL data with elements. To: evaluates a lazy tensor first, then writes to *out a new DLManagedTensor * or DLManagedTensorVersioned * (DLPack 1.1) that shares the tensor's memory (its sizes and strides, any layout) and keeps it alive; the consumer calls its deleter once. The tensor's autograd history is not part of it (as torch.utils.dlpack.to_dlpack of a detached tensor). A dtype DLPack has no code for is KOILA_ERROR_UNSUPPORTED.
+"""
+function koila_tensor_from_dlpack(out, managed, versioned)
+    fptr = _fptr_koila_tensor_from_dlpack[]
+    fptr == C_NULL && _not_loaded(:koila_tensor_from_dlpack)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{Cvoid}, Cint), out, managed, versioned)
+end
+
+"""
+    koila_tensor_to_dlpack(out, t, versioned) -> Ptr{koila_status}
+
+C: `koila_status *koila_tensor_to_dlpack(void **out, const koila_tensor *t, int versioned);`
+"""
+function koila_tensor_to_dlpack(out, t, versioned)
+    fptr = _fptr_koila_tensor_to_dlpack[]
+    fptr == C_NULL && _not_loaded(:koila_tensor_to_dlpack)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{Cvoid}}, Ptr{koila_tensor}, Cint), out, t, versioned)
 end
 
 export libkoila_path, load_libkoila

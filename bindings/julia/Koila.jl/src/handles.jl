@@ -84,9 +84,10 @@ end
 """
     Optimizer
 
-An optimizer over concrete parameters, made by `SGD(params; ...)` or `Adam(params; ...)`.
-`step!(opt)` updates the parameters from their gradients, `zero_grad!(opt)` zeroes the
-gradients.
+An optimizer over concrete parameters, made by `SGD(params; ...)`, `Adam(params; ...)` or
+`AdamW(params; ...)`. `step!(opt)` updates the parameters from their gradients,
+`zero_grad!(opt)` zeroes the gradients; `set_lr!`/`lr` change and read the learning rate,
+`Koila.save(opt, path)`/`load!(opt, path)` its state.
 """
 mutable struct Optimizer
     ptr::Ptr{koila_optimizer}

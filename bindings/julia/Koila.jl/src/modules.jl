@@ -249,16 +249,30 @@ SGD(params; lr::Real, momentum::Real = 0.0, weight_decay::Real = 0.0) =
 """
     Adam(params; lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 0) -> Optimizer
 
-Adam as torch.optim.Adam (weight decay is L2, not AdamW). `params` as for `SGD`.
+Adam as torch.optim.Adam (weight decay is L2, added to the gradient; `AdamW` decouples it).
+`params` as for `SGD`.
 """
-function Adam(params; lr::Real = 1e-3, betas::Tuple{Real,Real} = (0.9, 0.999), eps::Real = 1e-8,
-              weight_decay::Real = 0.0)
+Adam(params; lr::Real = 1e-3, betas::Tuple{Real,Real} = (0.9, 0.999), eps::Real = 1e-8,
+     weight_decay::Real = 0.0) =
+    _adam_like(LibKoila.koila_optimizer_adam, :Adam, params, lr, betas, eps, weight_decay)
+
+"""
+    AdamW(params; lr = 1e-3, betas = (0.9, 0.999), eps = 1e-8, weight_decay = 1e-2) -> Optimizer
+
+AdamW as torch.optim.AdamW (with its defaults): each step first shrinks the parameters by
+`lr * weight_decay` (decoupled weight decay), then makes Adam's update; the gradient is not
+changed. `params` as for `SGD`.
+"""
+AdamW(params; lr::Real = 1e-3, betas::Tuple{Real,Real} = (0.9, 0.999), eps::Real = 1e-8,
+      weight_decay::Real = 1e-2) =
+    _adam_like(LibKoila.koila_optimizer_adamw, :AdamW, params, lr, betas, eps, weight_decay)
+
+function _adam_like(f::F, kind::Symbol, params, lr, betas, eps, weight_decay) where {F}
     for b in betas
-        (isfinite(b) && 0 <= b < 1) || _argerror("Adam: betas must be in [0, 1), got $betas")
+        (isfinite(b) && 0 <= b < 1) || _argerror("$kind: betas must be in [0, 1), got $betas")
     end
-    return _optimizer(LibKoila.koila_optimizer_adam, :Adam, params, _nonneg(lr, "lr"),
-                      Float64(betas[1]), Float64(betas[2]), _nonneg(eps, "eps"),
-                      _nonneg(weight_decay, "weight_decay"))
+    return _optimizer(f, kind, params, _nonneg(lr, "lr"), Float64(betas[1]), Float64(betas[2]),
+                      _nonneg(eps, "eps"), _nonneg(weight_decay, "weight_decay"))
 end
 
 """

@@ -361,7 +361,9 @@ end
     zero_grad!(t::Tensor) -> t
     zero_grad!(opt::Optimizer) -> opt
 
-Sets existing gradients to zero in place.
+Sets existing gradients to zero in place. An optimizer also gives each of its parameters
+without a gradient a zero one: every step's backward then starts alike, which a run resumed
+from a checkpoint needs to continue bit for bit.
 """
 function zero_grad!(t::Tensor)
     @check LibKoila.koila_tensor_zero_grad(t)

@@ -27,6 +27,13 @@ function koila_error(f, code; contains = nothing)
     return err
 end
 
+# Counts the calls of a DLPack deleter built in the tests (a @cfunction needs a global).
+const deleted = Ref(0)
+count_deleter(::Ptr{Cvoid}) = (deleted[] += 1; nothing)
+
+# Shares each array with koila and reads it back; the tensors are garbage once this returns.
+shared_round_trips(arrays) = all(B -> Array(shared_tensor(B)) == B, arrays)
+
 @testset "Koila" begin
 
 @testset "library" begin
@@ -470,6 +477,191 @@ end
     koila_error(() -> SGD([u, 1.0]; lr = 0.1), KOILA_ERROR_INVALID_ARGUMENT; contains = "not a Tensor")
 end
 
+@testset "AdamW, the learning rate and optimizer files" begin
+    # AdamW's first step: p -= lr * wd * p, then Adam's lr * g / (|g| + eps) = lr * sign(g).
+    start = Float32[1, -2, 0.5]
+    w = requires_grad!(Tensor(start))
+    opt = AdamW([w]; lr = 0.01, weight_decay = 0.1)
+    @test opt.kind == :AdamW && sprint(show, opt) == "AdamW()"
+    backward!(sum(w .* w))
+    step!(opt)
+    @test Array(w) ≈ start .* (1 - 0.01f0 * 0.1f0) .- 0.01f0 .* sign.(start) rtol = 1e-5
+    @test Array(grad(w)) == 2 .* start      # the decay leaves the gradient alone
+    # Adam's L2 decay goes into the gradient instead: its first step is lr * sign.
+    a = requires_grad!(Tensor(start))
+    adam = Adam([a]; lr = 0.01, weight_decay = 0.1)
+    backward!(sum(a .* a))
+    step!(adam)
+    @test Array(a) ≈ start .- 0.01f0 .* sign.(start) rtol = 1e-5
+    koila_error(() -> AdamW([w]; betas = (0.9, 1.0)), KOILA_ERROR_INVALID_ARGUMENT; contains = "AdamW")
+    koila_error(() -> AdamW([w]; weight_decay = -1), KOILA_ERROR_INVALID_ARGUMENT)
+    @test lr(AdamW([w])) == 1e-3
+
+    # The learning rate: set, read, checked; the next step uses it.
+    v = requires_grad!(Tensor(Float32[1, 2]))
+    sgd = SGD([v]; lr = 0.1)
+    @test lr(sgd) == 0.1
+    @test set_lr!(sgd, 0.25) === sgd
+    @test lr(sgd) == 0.25
+    for bad in (-1.0, NaN, Inf)
+        koila_error(() -> set_lr!(sgd, bad), KOILA_ERROR_INVALID_ARGUMENT)
+    end
+    @test lr(sgd) == 0.25
+    backward!(sum(v .* v))
+    step!(sgd)
+    @test Array(v) == Float32[0.5, 1.0]
+
+    # Files: what save writes, load! reads into an optimizer of the same kind and shapes.
+    dir = mktempdir()
+    state = joinpath(dir, "adamw.state")
+    Koila.save(opt, state)
+    other = AdamW([w]; lr = 0.2)
+    bytes = read(state)
+    write(joinpath(dir, "truncated.state"), bytes[1:length(bytes) ÷ 2])
+    koila_error(() -> load!(other, joinpath(dir, "truncated.state")), KOILA_ERROR_IO)
+    flipped = copy(bytes)
+    flipped[length(flipped) ÷ 2] ⊻= 0x10
+    write(joinpath(dir, "corrupt.state"), flipped)
+    koila_error(() -> load!(other, joinpath(dir, "corrupt.state")), KOILA_ERROR_IO)
+    koila_error(() -> load!(other, joinpath(dir, "missing.state")), KOILA_ERROR_IO)
+    @test lr(other) == 0.2
+    for mismatched in (SGD([w]; lr = 0.3), Adam([w]; lr = 0.3), AdamW([v]; lr = 0.3), AdamW([w, v]; lr = 0.3))
+        koila_error(() -> load!(mismatched, state), KOILA_ERROR_INVALID_ARGUMENT)
+        @test lr(mismatched) == 0.3
+    end
+    @test load!(other, state) === other
+    @test lr(other) == 0.01
+    koila_error(() -> Koila.save(opt, joinpath(dir, "no", "such", "folder", "x.state")), KOILA_ERROR_IO)
+    close(opt)
+    koila_error(() -> lr(opt), KOILA_ERROR_INVALID_ARGUMENT)
+end
+
+@testset "clip_grad_norm! against a hand-computed norm" begin
+    # Gradients [3, 4] and [12]: joint norm 13.
+    p = requires_grad!(Tensor(Float32[1, 1]))
+    q = requires_grad!(Tensor(Float32[1]))
+    nograd = requires_grad!(Tensor(Float32[5]))
+    backward!(sum(p .* Tensor(Float32[3, 4])) + sum(q .* 12))
+    @test clip_grad_norm!([p, q, nograd], 6.5) ≈ 13 rtol = 1e-6
+    scale = 6.5 / (13 + 1e-6)
+    @test Array(grad(p)) ≈ Float32[3, 4] .* scale rtol = 1e-5
+    @test Array(grad(q)) ≈ Float32[12] .* scale rtol = 1e-5
+    @test grad(nograd) === nothing
+    # Under max_norm nothing changes; the norm is the clipped one.
+    before = Array(grad(p))
+    @test clip_grad_norm!([p, q], 100) ≈ 6.5 rtol = 1e-5
+    @test Array(grad(p)) == before
+    koila_error(() -> clip_grad_norm!([p], -1), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> clip_grad_norm!([p, p], 1), KOILA_ERROR_INVALID_ARGUMENT)
+    koila_error(() -> clip_grad_norm!([p, 1.0], 1), KOILA_ERROR_INVALID_ARGUMENT; contains = "not a Tensor")
+    # A NaN in a gradient: refused, no gradient changed (skip the step).
+    r = requires_grad!(Tensor(Float32[1, 2]))
+    backward!(sum(r .* NaN32))
+    koila_error(() -> clip_grad_norm!([p, r], 1), KOILA_ERROR_INVALID_ARGUMENT; contains = "norm")
+    @test Array(grad(p)) == before
+    # No gradient at all: the norm is 0, and no error.
+    @test clip_grad_norm!([nograd], 1) == 0
+end
+
+@testset "DLPack: Julia arrays and koila tensors share memory" begin
+    base = Koila._shared_count()
+    A = Float32[1 2 3; 4 5 6]
+    t = shared_tensor(A)
+    @test Koila._shared_count() == base + 1
+    @test size(t) == (2, 3) && eltype(t) == Float32 && !islazy(t)
+    @test Array(t) == A && t[2, 1] == 4
+    @test Array(sum(t; dims = 1)) == Float32[5 7 9][:]      # the ops see the logical index
+    A[1, 2] = 20                                            # koila sees writes into A...
+    @test t[1, 2] == 20
+    requires_grad!(t)
+    sgd = SGD([t]; lr = 0.25)
+    tt = t .* t
+    loss = sum(tt)
+    backward!(loss)
+    step!(sgd)                                              # ...and A sees koila's: p - 0.25 * 2p
+    @test A == Float32[1 20 3; 4 5 6] ./ 2
+    foreach(close, (loss, tt, sgd, t))
+    @test Koila._shared_count() == base                     # the deleter ran, once
+
+    # Element types; a tensor the GC frees releases its array too (the deleter in a finalizer).
+    @test shared_round_trips((Int64[1, -2, 3], Bool[true, false], UInt8[200 7], reshape(Float64[1.5], 1, 1, 1),
+                              fill(Int32(4)), Float16[0.5, 2], BFloat16.([1.5, -2]), Int8[-3]))
+    GC.gc(); GC.gc()
+    @test Koila._shared_count() == base
+    koila_error(() -> shared_tensor(ComplexF32[1]), KOILA_ERROR_DTYPE)
+
+    # shared_array: koila's memory as a Julia array with Array(t)'s index, written both ways.
+    m = Tensor(Float32[1 2 3; 4 5 6])
+    s = shared_array(m)
+    @test s isa TensorArray{Float32,2} && size(s) == (2, 3) && s == Array(m)
+    s[2, 3] = 60
+    @test m[2, 3] == 60
+    requires_grad!(m)
+    msgd = SGD([m]; lr = 1)
+    backward!(sum(m))
+    step!(msgd)
+    @test s == Float32[0 1 2; 3 4 59]
+    close(m)
+    @test s[1, 2] == 1                                      # the memory outlives the tensor
+    @test Array(shared_array(lazy(Tensor(Float32[1, 2]), 1) .* 3)) == Float32[3, 6]
+    @test size(shared_array(Koila.zeros(0, 3))) == (0, 3)
+    @test shared_array(Tensor(Int64(7)))[] == 7
+    # A round trip through both: the same memory, with the same index.
+    C = Float64[1 2; 3 4; 5 6]
+    c = shared_tensor(C)
+    sc = shared_array(c)
+    @test sc == C
+    sc[3, 1] = 50
+    @test C[3, 1] == 50
+    # A transposed row-major tensor is column-major, and dense; a narrowed one is not.
+    @test shared_array(transpose(Tensor(Float32[1 2 3; 4 5 6]), 1, 2)) == Float32[1 4; 2 5; 3 6]
+    koila_error(() -> shared_array(narrow(Tensor(Float32[1 2 3; 4 5 6]), 2, 1, 2)), KOILA_ERROR_UNSUPPORTED;
+                contains = "not dense")
+
+    # The raw exchange: a struct built here, the deleter counted; a refused one is deleted too.
+    D = Float32[1, 2, 3, 4]
+    shape = Int64[4]
+    deleter = @cfunction(count_deleter, Cvoid, (Ptr{Cvoid},))
+    GC.@preserve D shape begin
+        dl = Koila.DLTensor(pointer(D), Koila.DLDevice(1, 0), 1, Koila.DLDataType(2, 32, 1), pointer(shape),
+                            C_NULL, 0)
+        for (flags, code) in ((UInt64(0), nothing), (Koila.DLPACK_FLAG_BITMASK_READ_ONLY, KOILA_ERROR_UNSUPPORTED))
+            deleted[] = 0
+            managed = Ref(Koila.DLManagedTensorVersioned(Koila.DLPackVersion(1, 1), C_NULL, deleter, flags, dl))
+            GC.@preserve managed begin
+                ptr = Ptr{Cvoid}(Base.unsafe_convert(Ptr{Koila.DLManagedTensorVersioned}, managed))
+                if code === nothing
+                    u = unsafe_from_dlpack(ptr)
+                    @test Array(u) == D
+                    close(u)
+                else
+                    koila_error(() -> unsafe_from_dlpack(ptr), code; contains = "read-only")
+                end
+            end
+            @test deleted[] == 1
+        end
+        deleted[] = 0
+        plain = Ref(Koila.DLManagedTensor(dl, C_NULL, deleter))
+        GC.@preserve plain begin
+            ptr = Ptr{Cvoid}(Base.unsafe_convert(Ptr{Koila.DLManagedTensor}, plain))
+            u = unsafe_from_dlpack(ptr; versioned = false)
+            @test Array(u) == D
+            close(u)
+        end
+        @test deleted[] == 1
+    end
+    koila_error(() -> unsafe_from_dlpack(Ptr{Cvoid}(C_NULL)), KOILA_ERROR_INVALID_ARGUMENT)
+    # to_dlpack, then back: shared memory; the consumer (koila) calls the deleter.
+    e = Tensor(Int32[1, 2, 3])
+    ptr = to_dlpack(e; versioned = false)
+    header = unsafe_load(Ptr{Koila.DLManagedTensor}(ptr)).dl_tensor
+    @test header.ndim == 1 && header.dtype == Koila.DLDataType(0, 32, 1) && header.device == Koila.DLDevice(1, 0)
+    f = unsafe_from_dlpack(ptr; versioned = false)
+    unsafe_store!(Ptr{Int32}(header.data), Int32(10), 2)
+    @test Array(f) == Int32[1, 10, 3] && Array(e) == Int32[1, 10, 3]
+    dlpack_delete(to_dlpack(e))
+end
+
 # An MLP's mean cross-entropy over a lazy batch of n random samples; returns the loss and
 # its parameters.
 function lazy_mlp_loss(seed, n; din = 64, dh = 256, dout = 10)
@@ -781,6 +973,47 @@ end
     close(m); close(again); close(opt); close(sgd)
     @test size(logits) == (48, 10)
     @test isfinite(item(loss))
+end
+
+@testset "a run resumed from its checkpoint equals the uninterrupted run" begin
+    # A fixed batch through mlp.pt, AdamW steps (the learning rate changed on the way).
+    function run_steps!(m, opt, steps)
+        Koila.manual_seed!(11)
+        x = lazy(Koila.randn(16, 784), 1)
+        y = lazy(Tensor(Int64[(3k) % 10 for k in 0:15]), 1)
+        loss = cross_entropy(m(x), y)
+        for _ in 1:steps
+            zero_grad!(opt)
+            backward!(loss)
+            step!(opt)
+        end
+    end
+    bits(m) = [reinterpret(UInt32, vec(Array(p))) for p in parameters(m)]
+    dir = mktempdir()
+    m = TorchModule(joinpath(models, "mlp.pt"))
+    opt = AdamW(m; lr = 1e-3)
+    run_steps!(m, opt, 2)
+    set_lr!(opt, 5e-4)
+    run_steps!(m, opt, 1)
+    Koila.save(m, joinpath(dir, "model.pt"))
+    Koila.save(opt, joinpath(dir, "adamw.state"))
+    at_checkpoint = bits(m)
+    run_steps!(m, opt, 3)
+    uninterrupted = bits(m)
+    @test uninterrupted != at_checkpoint
+    # As a new process would: the module's file, a new optimizer over its parameters (other
+    # hyperparameters: the file's replace them), the optimizer's file.
+    resumed = TorchModule(joinpath(dir, "model.pt"))
+    @test bits(resumed) == at_checkpoint
+    opt2 = load!(AdamW(resumed; lr = 0.5), joinpath(dir, "adamw.state"))
+    @test lr(opt2) == 5e-4
+    run_steps!(resumed, opt2, 3)
+    @test bits(resumed) == uninterrupted
+    # With fresh moments instead, the run differs: the file carried them.
+    fresh = TorchModule(joinpath(dir, "model.pt"))
+    run_steps!(fresh, AdamW(fresh; lr = 5e-4), 3)
+    @test bits(fresh) != uninterrupted
+    @test clip_grad_norm!(fresh, 1e9) > 0                   # a module's parameters, as for optimizers
 end
 
 @testset "torch.export program (convbn_train.pt2: conv, batch norm in training, linear)" begin

@@ -1196,7 +1196,7 @@ extern "C" {
 extern "C" {
     #[doc = " Optimizers over concrete floating-point leaves that require grad (each at most once),"]
     #[doc = "as torch::optim: SGD with momentum and weight decay (L2, added to the gradient), Adam"]
-    #[doc = "with weight decay (L2, not AdamW). Parameters without a gradient are skipped by a step."]
+    #[doc = "with weight decay (L2; koila_optimizer_adamw decouples it). Parameters without a gradient are skipped by a step."]
     #[doc = "lr, momentum, weight_decay and eps must be >= 0 and finite; 0 <= beta < 1."]
     pub fn koila_optimizer_sgd(
         out: *mut *mut koila_optimizer,
@@ -1224,7 +1224,10 @@ extern "C" {
     pub fn koila_optimizer_step(o: *mut koila_optimizer) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad)."]
+    #[doc = " Sets the parameters' gradients to zero in place (as koila_tensor_zero_grad), and gives"]
+    #[doc = "each parameter without one a zero gradient: every step's backward then starts alike (a"]
+    #[doc = "chunked backward adds into an existing gradient in another order than it makes a new"]
+    #[doc = "one), which a run resumed from a checkpoint needs to continue bit for bit."]
     pub fn koila_optimizer_zero_grad(o: *mut koila_optimizer) -> *mut koila_status;
 }
 extern "C" {
@@ -1307,4 +1310,106 @@ extern "C" {
 }
 extern "C" {
     pub fn koila_group_free(g: *mut koila_group);
+}
+extern "C" {
+    #[doc = " AdamW: Adam with decoupled weight decay, as torch.optim.AdamW (the parameters shrink by"]
+    #[doc = "lr * weight_decay before the Adam update; the gradient is not changed). The same"]
+    #[doc = "parameter rules and ranges as koila_optimizer_adam."]
+    pub fn koila_optimizer_adamw(
+        out: *mut *mut koila_optimizer,
+        params: *const *mut koila_tensor,
+        n: usize,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Sets the learning rate of every later step (a schedule is the caller's loop calling"]
+    #[doc = "this). lr must be >= 0 and finite. Saved and loaded with the optimizer's state."]
+    pub fn koila_optimizer_set_lr(o: *mut koila_optimizer, lr: f64) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " The learning rate in force."]
+    pub fn koila_optimizer_lr(o: *const koila_optimizer, out: *mut f64) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Saves the optimizer's whole state: its kind, hyperparameters (the learning rate in"]
+    #[doc = "force included), and for each parameter its step count and moment or momentum buffers."]
+    #[doc = "The file is versioned and ends with a CRC-32 of everything before it. Atomic, as"]
+    #[doc = "koila_module_save: whatever happens to the process during the call, the file at path is"]
+    #[doc = "afterwards either the complete old file or the complete new one; a failed write is"]
+    #[doc = "KOILA_ERROR_IO with the old file as it was."]
+    pub fn koila_optimizer_save(
+        o: *const koila_optimizer,
+        path: *const ::std::os::raw::c_char,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Loads what koila_optimizer_save wrote into an optimizer of the same kind over"]
+    #[doc = "parameters of the same number, dtypes and shapes, in the same order (the parameters'"]
+    #[doc = "values are the module's: load them with koila_module_load). The file's hyperparameters"]
+    #[doc = "replace the optimizer's. A mismatch (another kind, another number of parameters, a"]
+    #[doc = "parameter of another dtype or shape) is KOILA_ERROR_INVALID_ARGUMENT naming the first"]
+    #[doc = "one; a missing, truncated or corrupt file (its checksum does not match), or one written"]
+    #[doc = "by a newer koila, is KOILA_ERROR_IO. Either way the optimizer is unchanged."]
+    pub fn koila_optimizer_load(
+        o: *mut koila_optimizer,
+        path: *const ::std::os::raw::c_char,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Scales the gradients of params in place so that their joint 2-norm is at most"]
+    #[doc = "max_norm, as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by"]
+    #[doc = "min(1, max_norm / (norm + 1e-6)). Writes the norm before clipping to *out. params are"]
+    #[doc = "concrete leaves, each at most once (as for the optimizers); those without a gradient"]
+    #[doc = "are skipped, and with none *out is 0. After koila_backward the gradients are the whole"]
+    #[doc = "batch's, also when it ran in chunks. max_norm must be >= 0 and finite. A norm that is"]
+    #[doc = "not finite (an inf or NaN in a gradient) is KOILA_ERROR_INVALID_ARGUMENT with the norm"]
+    #[doc = "written to *out and no gradient changed (skip that step)."]
+    pub fn koila_clip_grad_norm(
+        out: *mut f64,
+        params: *const *mut koila_tensor,
+        n: usize,
+        max_norm: f64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " DLPack (https://dmlc.github.io/dlpack/): sharing memory with other array libraries."]
+    #[doc = "koila.h does not include dlpack.h: the pointers are void *. Both forms of the exchange"]
+    #[doc = "struct are taken and made: DLManagedTensor (versioned = 0, every DLPack) and"]
+    #[doc = "DLManagedTensorVersioned (versioned = 1, DLPack >= 1.0), on every LibTorch koila builds"]
+    #[doc = "against. A versioned other than 0 or 1 is KOILA_ERROR_INVALID_ARGUMENT, and then koila"]
+    #[doc = "does not touch managed (it cannot know its layout)."]
+    #[doc = ""]
+    #[doc = "From: takes a DLManagedTensor * or DLManagedTensorVersioned * and owns it from then on,"]
+    #[doc = "also when the call fails: koila calls its deleter exactly once (at once on failure, or"]
+    #[doc = "when the last koila tensor sharing the memory is freed). No copy: the tensor shares the"]
+    #[doc = "producer's memory, and writes through koila (an optimizer step) are seen by the"]
+    #[doc = "producer. The result is concrete and has no batch dim (wrap it with koila_lazy)."]
+    #[doc = "Refused with KOILA_ERROR_UNSUPPORTED: a major version other than 1; a device other than the"]
+    #[doc = "CPU (or pinned host memory) or, in a CUDA build, a CUDA device; a dtype outside"]
+    #[doc = "koila_dtype, or with lanes != 1; a read-only tensor (flag DLPACK_FLAG_BITMASK_READ_ONLY:"]
+    #[doc = "koila's tensors are writable); negative strides; a data pointer plus byte_offset not"]
+    #[doc = "aligned to the element size. Refused with KOILA_ERROR_INVALID_ARGUMENT: managed NULL,"]
+    #[doc = "a negative ndim or size, NULL shape with ndim > 0, NULL data with elements."]
+    #[doc = "To: evaluates a lazy tensor first, then writes to *out a new DLManagedTensor * or"]
+    #[doc = "DLManagedTensorVersioned * (DLPack 1.1) that shares the tensor's memory (its sizes and"]
+    #[doc = "strides, any layout) and keeps it alive; the consumer calls its deleter once. The"]
+    #[doc = "tensor's autograd history is not part of it (as torch.utils.dlpack.to_dlpack of a"]
+    #[doc = "detached tensor). A dtype DLPack has no code for is KOILA_ERROR_UNSUPPORTED."]
+    pub fn koila_tensor_from_dlpack(
+        out: *mut *mut koila_tensor,
+        managed: *mut ::std::os::raw::c_void,
+        versioned: ::std::os::raw::c_int,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_tensor_to_dlpack(
+        out: *mut *mut ::std::os::raw::c_void,
+        t: *const koila_tensor,
+        versioned: ::std::os::raw::c_int,
+    ) -> *mut koila_status;
 }

@@ -1,6 +1,7 @@
 //! Statuses turned into errors, in one place.
 use std::ffi::{CStr, CString};
 use std::fmt;
+use std::path::Path;
 
 use koila_sys as sys;
 
@@ -110,6 +111,13 @@ pub(crate) fn check(status: *mut sys::koila_status) -> Result<()> {
         sys::koila_status_free(status);
         Err(Error { code, message })
     }
+}
+
+/// A path as a C string (its bytes as they are); a NUL byte inside is an InvalidArgument error.
+pub(crate) fn path_string(path: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::new(Code::InvalidArgument, format!("path contains a NUL byte: {}", path.display())))
 }
 
 /// A Rust string as a C string; a NUL byte inside is an InvalidArgument error.

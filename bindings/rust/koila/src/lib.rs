@@ -23,6 +23,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Checkpoints: [`Module::save`] and [`Optimizer::save`] between two steps, loaded back with
+//! [`Module::load`] and [`Optimizer::load`], continue a run bit for bit. [`clip_grad_norm`]
+//! clips gradients; the [`dlpack`] module shares memory with other array libraries.
+//!
 //! Every call returns [`Result`]; the [`Error`] carries koila's [`Code`] and message.
 //! Handles ([`Tensor`], [`Plan`], [`Module`], [`Optimizer`]) free themselves on drop, in
 //! any order (a tensor keeps alive what it depends on). They are `Send` but not `Sync`:
@@ -40,6 +44,7 @@ mod chunking;
 mod progress;
 mod module;
 mod optim;
+pub mod dlpack;
 mod group;
 mod text;
 mod timeline;
@@ -50,7 +55,7 @@ pub use error::{Code, Error, Result};
 pub use group::Group;
 pub use memory::{memory_budget, memory_reset_peak, memory_stats, set_memory_budget, MemoryStats};
 pub use module::{Module, ModuleKind};
-pub use optim::{AdamOptions, Optimizer, SgdOptions};
+pub use optim::{clip_grad_norm, AdamOptions, Optimizer, SgdOptions};
 pub use ops::Reduction;
 pub use plan::{Mode, Plan};
 pub use progress::{clear_progress, set_progress};

@@ -1,9 +1,8 @@
 //! Modules: TorchScript files and torch.export programs (.pt2).
-use std::ffi::CString;
 use std::path::Path;
 use std::ptr::{self, NonNull};
 
-use crate::error::{c_string, check, Code, Error, Result};
+use crate::error::{c_string, check, path_string, Code, Error, Result};
 use crate::tensor::{make, or_null, pointers, Tensor};
 use crate::text::read_text;
 use koila_sys as sys;
@@ -34,12 +33,6 @@ impl Drop for Module {
         // SAFETY: owned, freed once. Results built from the module keep it alive.
         unsafe { sys::koila_module_free(self.raw.as_ptr()) }
     }
-}
-
-fn path_string(path: &Path) -> Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::new(Code::InvalidArgument, format!("path contains a NUL byte: {}", path.display())))
 }
 
 impl Module {

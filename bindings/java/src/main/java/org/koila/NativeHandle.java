@@ -13,7 +13,8 @@ import java.util.function.LongConsumer;
  * so the cleaner cannot free a handle that a running call uses.
  */
 abstract class NativeHandle implements AutoCloseable {
-  private static final Cleaner CLEANER = Cleaner.create();
+  /** Frees handles, and other native memory Java objects keep (Tensor's direct buffers). */
+  static final Cleaner CLEANER = Cleaner.create();
 
   /** Holds the address apart from the handle object, so that the cleaner can free it. */
   private static final class Owner implements Runnable {

@@ -1,10 +1,18 @@
 package org.koila;
 
 import java.lang.ref.Reference;
+import java.nio.Buffer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.DoubleBuffer;
+import java.nio.FloatBuffer;
+import java.nio.IntBuffer;
+import java.nio.LongBuffer;
+import java.nio.ShortBuffer;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 import org.koila.raw.KoilaNative;
 
 /**
@@ -703,6 +711,194 @@ public final class Tensor extends NativeHandle {
         meta = "unknown";
       }
       return "Tensor(" + meta + ": cannot evaluate: " + e.getMessage() + ")";
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Sharing memory with direct buffers (DLPack, no copy)
+  // ---------------------------------------------------------------------------------------
+
+  /** The buffers a tensor can share: their element bytes, byte order and the dtypes they hold. */
+  private enum BufferKind {
+    BYTES(ByteBuffer.class, 1, b -> NATIVE, DType.values()), // any dtype; its order does not matter
+    SHORTS(ShortBuffer.class, 2, b -> ((ShortBuffer) b).order(), DType.FLOAT16, DType.BFLOAT16),
+    INTS(IntBuffer.class, 4, b -> ((IntBuffer) b).order(), DType.INT32),
+    FLOATS(FloatBuffer.class, 4, b -> ((FloatBuffer) b).order(), DType.FLOAT32),
+    LONGS(LongBuffer.class, 8, b -> ((LongBuffer) b).order(), DType.INT64),
+    DOUBLES(DoubleBuffer.class, 8, b -> ((DoubleBuffer) b).order(), DType.FLOAT64);
+
+    final Class<? extends Buffer> type;
+    final int unit;
+    final Function<Buffer, ByteOrder> order;
+    final List<DType> dtypes;
+
+    BufferKind(Class<? extends Buffer> type, int unit, Function<Buffer, ByteOrder> order, DType... dtypes) {
+      this.type = type;
+      this.unit = unit;
+      this.order = order;
+      this.dtypes = List.of(dtypes);
+    }
+
+    /** The kind of {@code buffer}; throws for one that cannot hold {@code dtype} as koila reads it. */
+    static BufferKind of(Buffer buffer, DType dtype) {
+      for (BufferKind kind : values()) {
+        if (!kind.type.isInstance(buffer)) continue;
+        if (!kind.dtypes.contains(dtype)) {
+          throw KoilaException.invalid("fromDirectBuffer: a " + kind.type.getSimpleName() + " does not hold " + dtype);
+        }
+        ByteOrder order = kind.order.apply(buffer);
+        if (order != NATIVE) {
+          throw KoilaException.invalid("fromDirectBuffer: the buffer's byte order is " + order + ", but koila reads the"
+              + " platform's (" + NATIVE + "): make it from a ByteBuffer with .order(ByteOrder.nativeOrder())");
+        }
+        return kind;
+      }
+      String name = buffer.getClass().getSimpleName();
+      throw KoilaException.invalid("fromDirectBuffer: a " + name + " holds no koila dtype");
+    }
+  }
+
+  /**
+   * A concrete tensor over the memory of a direct buffer, without a copy: writes through koila
+   * (an optimizer step on it, as a parameter) are seen in the buffer, and writes into the
+   * buffer are seen by koila. The tensor covers the buffer's remaining elements, from its
+   * position to its limit, as row-major elements of {@code dtype} in the platform's byte order
+   * ({@link ByteOrder#nativeOrder()}); it has no batch dim (wrap it with {@link #lazy(long)}).
+   *
+   * <p>The buffer is kept reachable (a JNI global reference) until the last koila tensor
+   * sharing its memory is freed, so it is never freed under koila; do not write into it while
+   * koila runs on another thread. A ByteBuffer takes any dtype; a typed buffer must hold the
+   * dtype (FloatBuffer: FLOAT32, DoubleBuffer: FLOAT64, LongBuffer: INT64, IntBuffer: INT32,
+   * ShortBuffer: FLOAT16 or BFLOAT16) in the platform's byte order.
+   *
+   * <pre>{@code
+   * FloatBuffer weights = ByteBuffer.allocateDirect(4 * 10 * 784).order(ByteOrder.nativeOrder()).asFloatBuffer();
+   * Tensor w = Tensor.fromDirectBuffer(weights, new long[] {10, 784}, DType.FLOAT32).setRequiresGrad(true);
+   * }</pre>
+   *
+   * @param buffer a direct buffer ({@link ByteBuffer#allocateDirect}, or a view of one)
+   * @param shape the sizes (an empty array for a scalar)
+   * @param dtype the element type
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} for a buffer that is not direct, a
+   *     typed buffer of another dtype or byte order, and when the buffer's remaining bytes are
+   *     not exactly the shape's element count times {@code dtype.elementSize()} (the message
+   *     gives both); {@link Code#UNSUPPORTED} for a read-only buffer (koila's tensors are
+   *     writable), or a position not aligned to the element size
+   */
+  public static Tensor fromDirectBuffer(Buffer buffer, long[] shape, DType dtype) {
+    if (buffer == null) throw KoilaException.invalid("argument 'buffer' is null");
+    long[] dims = shapeArg(shape);
+    dtypeArg(dtype);
+    if (!buffer.isDirect()) {
+      throw KoilaException.invalid("fromDirectBuffer: the buffer is not direct (make it with ByteBuffer.allocateDirect;"
+          + " fromData copies a byte[])");
+    }
+    int unit = BufferKind.of(buffer, dtype).unit;
+    long remaining = (long) buffer.remaining() * unit;
+    long numel;
+    try {
+      numel = numelOf(dims);
+    } catch (ArithmeticException e) {
+      numel = Long.MAX_VALUE;
+    }
+    // A negative size is koila's to report; any other count must fill the buffer exactly.
+    if (numel >= 0 && (numel > remaining / dtype.elementSize() || numel * dtype.elementSize() != remaining)) {
+      throw KoilaException.invalid("fromDirectBuffer: shape " + Arrays.toString(dims) + " has "
+          + (numel == Long.MAX_VALUE ? "more than 2^63" : String.valueOf(numel)) + " elements of " + dtype + " ("
+          + dtype.elementSize() + " bytes each), but the buffer has " + remaining + " bytes from its position "
+          + buffer.position() + " to its limit " + buffer.limit() + " (" + unit + " bytes per buffer element)");
+    }
+    long managed = KoilaNative.dlpack_wrap_buffer(buffer, (long) buffer.position() * unit, unit, dtype.value(), dims,
+        buffer.isReadOnly() ? 1 : 0);
+    // koila owns the struct from here on, also when it refuses it (it calls the deleter).
+    return produce(out -> KoilaNative.koila_tensor_from_dlpack(out, managed, 1), buffer);
+  }
+
+  /** The fixed entries of KoilaNative.dlpack_layout, before the sizes and the strides. */
+  private static final int LAYOUT_FIXED = 7;
+
+  /**
+   * A direct buffer over this tensor's memory, without a copy (a lazy tensor is evaluated
+   * first): its bytes are the row-major elements in the platform's byte order (the buffer is
+   * set to {@link ByteOrder#nativeOrder()}; view it with {@code asFloatBuffer()} and the like).
+   * Writes into the buffer are seen by this tensor and every tensor sharing its memory, and
+   * koila's in-place updates (an optimizer step) are seen in the buffer.
+   *
+   * <p>The memory stays valid as long as the buffer or any view of it is reachable, also after
+   * this tensor is closed: the garbage collector's cleaner releases it (calls the DLPack
+   * deleter, once) after the buffer became unreachable. There is no close: a ByteBuffer
+   * cannot be invalidated safely.
+   *
+   * @throws KoilaException {@link Code#UNSUPPORTED} when the values are not contiguous and
+   *     row-major (a transposed or narrowed view: read it with {@link #toBytes()}), not in host
+   *     memory, or larger than a ByteBuffer (2 GiB)
+   */
+  public ByteBuffer toDirectBuffer() {
+    int ndim = ndim();
+    long[] out = new long[1];
+    try {
+      KoilaException.check(KoilaNative.koila_tensor_to_dlpack(out, address(), 1));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+    long managed = out[0];
+    Runnable release = new DlpackRelease(managed);
+    try {
+      long[] layout = new long[LAYOUT_FIXED + 2 * ndim];
+      KoilaNative.dlpack_layout(managed, 1, layout);
+      long nbytes = contiguousBytes(layout, ndim);
+      if (nbytes == 0) {
+        release.run();
+        return ByteBuffer.allocateDirect(0).order(NATIVE);
+      }
+      ByteBuffer buffer = KoilaNative.dlpack_direct_buffer(layout[0], nbytes);
+      // Views of the buffer (slices, asFloatBuffer) keep it reachable: the memory outlives them all.
+      NativeHandle.CLEANER.register(buffer, release);
+      return buffer.order(NATIVE);
+    } catch (RuntimeException | Error e) {
+      release.run();
+      throw e;
+    }
+  }
+
+  /** The byte count of an exported tensor's memory; throws unless a ByteBuffer can hold it. */
+  private static long contiguousBytes(long[] layout, int ndim) {
+    long deviceType = layout[1];
+    if (deviceType != 1 && deviceType != 3) { // kDLCPU, kDLCUDAHost
+      throw new KoilaException(Code.UNSUPPORTED, "toDirectBuffer: the tensor is not in host memory (DLPack device "
+          + deviceType + ":" + layout[2] + ")");
+    }
+    long[] sizes = Arrays.copyOfRange(layout, LAYOUT_FIXED, LAYOUT_FIXED + ndim);
+    long[] strides = Arrays.copyOfRange(layout, LAYOUT_FIXED + ndim, LAYOUT_FIXED + 2 * ndim);
+    long numel = numelOf(sizes);
+    long expected = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (sizes[d] != 1 && strides[d] != expected && numel > 1) {
+        throw new KoilaException(Code.UNSUPPORTED, "toDirectBuffer: the tensor's values are not contiguous and"
+            + " row-major (sizes " + Arrays.toString(sizes) + ", strides " + Arrays.toString(strides)
+            + "); read them with toBytes()");
+      }
+      expected *= sizes[d];
+    }
+    long nbytes = numel * (layout[4] / 8);
+    if (nbytes > Integer.MAX_VALUE) {
+      throw new KoilaException(Code.UNSUPPORTED, "toDirectBuffer: " + nbytes + " bytes exceed a ByteBuffer");
+    }
+    return nbytes;
+  }
+
+  /** Calls the deleter of an exported DLPack struct, once, whoever runs it first. */
+  private static final class DlpackRelease implements Runnable {
+    private final AtomicLong managed;
+
+    DlpackRelease(long managed) {
+      this.managed = new AtomicLong(managed);
+    }
+
+    @Override
+    public void run() {
+      long m = managed.getAndSet(0);
+      if (m != 0) KoilaNative.dlpack_delete(m, 1);
     }
   }
 
