@@ -1,0 +1,218 @@
+/* A training run that survives being killed: trains a TorchScript CNN with AdamW, a
+   learning-rate schedule and gradient clipping, under a budget that splits every step into
+   chunks, and checkpoints the module and the optimizer every SAVE_EVERY steps. Started again
+   after a kill (or a crash, a preemption), it picks up at the last checkpoint, and the run
+   ends with the same parameters, bit for bit, as a run that never stopped.
+
+   A checkpoint is three files in DIR: model-S.pt and optimizer-S.state (S steps done), each
+   written whole or not at all by koila, then "latest" (the number S), replaced by a rename
+   only once both are complete. A kill at any moment leaves "latest" naming a complete pair.
+
+   At the end it saves DIR/final.pt and prints a checksum (FNV-1a) of the parameters' bytes.
+
+   usage: koila_example_train_resume CNN.pt DIR [steps] [save_every] [batch] */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "koila.h"
+#include "synthetic_images.h"
+
+static void check(koila_status *s, const char *what) {
+  if (s == NULL) return;
+  fprintf(stderr, "%s failed: %s\n", what, koila_status_message(s));
+  koila_status_free(s);
+  exit(1);
+}
+
+/* The number in DIR/latest, or -1 when there is no checkpoint yet. */
+static long read_latest(const char *dir) {
+  char path[4096];
+  long steps = -1;
+  FILE *f;
+  snprintf(path, sizeof path, "%s/latest", dir);
+  f = fopen(path, "r");
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld", &steps) != 1) steps = -1;
+  fclose(f);
+  return steps;
+}
+
+/* Replaces DIR/latest with `steps`: a temporary flushed to disk, renamed over it, and the
+   folder flushed, as koila saves its own files. */
+static void write_latest(const char *dir, long steps) {
+  char tmp[4096], path[4096];
+  FILE *f;
+  int fd;
+  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+  snprintf(path, sizeof path, "%s/latest", dir);
+  f = fopen(tmp, "w");
+  if (f == NULL || fprintf(f, "%ld\n", steps) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 ||
+      rename(tmp, path) != 0) {
+    perror("writing the checkpoint's number");
+    exit(1);
+  }
+  fd = open(dir, O_RDONLY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+static void checkpoint_paths(const char *dir, long steps, char *model, char *state, size_t size) {
+  snprintf(model, size, "%s/model-%ld.pt", dir, steps);
+  snprintf(state, size, "%s/optimizer-%ld.state", dir, steps);
+}
+
+/* The learning rate of step `step` (1-based): halved every 4 steps. */
+static double schedule(long step) { return 2e-3 * pow(0.5, (double)((step - 1) / 4)); }
+
+int main(int argc, char **argv) {
+  const char *cnn = argc > 1 ? argv[1] : NULL, *dir = argc > 2 ? argv[2] : NULL;
+  const long steps = argc > 3 ? atol(argv[3]) : 12, save_every = argc > 4 ? atol(argv[4]) : 3;
+  const int64_t batch = argc > 5 ? atoll(argv[5]) : 32, pool = 4 * batch;
+  const int64_t image_shape[4] = {batch, 3, 32, 32}, label_shape[1] = {batch};
+  float *images;
+  int64_t *labels;
+  koila_module *net = NULL;
+  koila_tensor **params;
+  koila_optimizer *opt = NULL;
+  size_t n_params = 0, i;
+  long done, step;
+  char model_path[4096], state_path[4096];
+  uint64_t current = 0, budget = 0;
+  unsigned long long hash = 1469598103934665603ULL;
+
+  if (cnn == NULL || dir == NULL || steps < 1 || save_every < 1 || batch < 1) {
+    fprintf(stderr, "usage: %s CNN.pt DIR [steps >= 1] [save_every >= 1] [batch >= 1]\n", argv[0]);
+    return 2;
+  }
+  /* The data: a pool of 4 batches, step s trains on batch s mod 4 (a data loader whose
+     position follows from the step, so that a restart sees what the stopped run would). */
+  images = malloc((size_t)(pool * SYNTHETIC_PIXELS) * sizeof *images);
+  labels = malloc((size_t)pool * sizeof *labels);
+  if (images == NULL || labels == NULL) return 1;
+  synthetic_images(images, labels, pool);
+
+  done = read_latest(dir);
+  if (done >= 0) checkpoint_paths(dir, done, model_path, state_path, sizeof model_path);
+  check(koila_module_load(&net, done >= 0 ? model_path : cnn, "cpu"), "koila_module_load");
+  check(koila_module_num_parameters(net, &n_params), "num_parameters");
+  params = malloc(n_params * sizeof *params);
+  for (i = 0; i < n_params; ++i) check(koila_module_parameter(&params[i], net, i), "koila_module_parameter");
+  check(koila_optimizer_adamw(&opt, params, n_params, schedule(1), 0.9, 0.999, 1e-8, 0.05), "koila_optimizer_adamw");
+
+  /* The budget: what the process holds before any optimizer state or gradient, plus a
+     sixth of what an unsplit step needs beyond it (the same in every process of the run). */
+  {
+    koila_tensor *images_t = NULL, *labels_t = NULL, *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    koila_plan *plan = NULL;
+    check(koila_tensor_from_data(&images_t, images, (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images,
+                                 KOILA_FLOAT32, image_shape, 4, "cpu"),
+          "images");
+    check(koila_tensor_from_data(&labels_t, labels, (size_t)batch * sizeof *labels, KOILA_INT64, label_shape, 1,
+                                 "cpu"),
+          "labels");
+    check(koila_lazy(&x, images_t, 0), "koila_lazy");
+    check(koila_lazy(&y, labels_t, 0), "koila_lazy");
+    check(koila_module_forward(&logits, net, &x, 1), "koila_module_forward");
+    check(koila_cross_entropy(&loss, logits, y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
+    check(koila_plan_new(&plan, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+    check(koila_memory_stats("cpu", &current, NULL), "koila_memory_stats");
+    budget = current + (koila_plan_full_peak_bytes(plan) - current) / 6;
+    koila_plan_free(plan);
+    koila_tensor_free(loss);
+    koila_tensor_free(logits);
+    koila_tensor_free(y);
+    koila_tensor_free(x);
+    koila_tensor_free(labels_t);
+    koila_tensor_free(images_t);
+    check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
+  }
+
+  if (done >= 0) {
+    check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
+    printf("resumed after step %ld from %s\n", done, state_path);
+  } else {
+    done = 0;
+    printf("started from %s\n", cnn);
+  }
+  fflush(stdout);
+
+  for (step = done + 1; step <= steps; ++step) {
+    const int64_t first = ((step - 1) % 4) * batch;
+    koila_tensor *images_t = NULL, *labels_t = NULL, *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    koila_plan *plan = NULL;
+    double value = 0, norm = 0;
+    check(koila_tensor_from_data(&images_t, images + first * SYNTHETIC_PIXELS,
+                                 (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images, KOILA_FLOAT32, image_shape, 4,
+                                 "cpu"),
+          "images");
+    check(koila_tensor_from_data(&labels_t, labels + first, (size_t)batch * sizeof *labels, KOILA_INT64,
+                                 label_shape, 1, "cpu"),
+          "labels");
+    check(koila_lazy(&x, images_t, 0), "koila_lazy");
+    check(koila_lazy(&y, labels_t, 0), "koila_lazy");
+    check(koila_module_forward(&logits, net, &x, 1), "koila_module_forward");
+    check(koila_cross_entropy(&loss, logits, y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
+
+    check(koila_optimizer_set_lr(opt, schedule(step)), "koila_optimizer_set_lr");
+    check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
+    check(koila_plan_new(&plan, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+    check(koila_backward(loss), "koila_backward");
+    check(koila_tensor_item(loss, &value), "koila_tensor_item");
+    check(koila_clip_grad_norm(&norm, params, n_params, 1.0), "koila_clip_grad_norm");
+    check(koila_optimizer_step(opt), "koila_optimizer_step");
+    printf("step %3ld  loss %.4f  grad norm %.4f  lr %.2e  %lld x %lld\n", step, value, norm, schedule(step),
+           (long long)koila_plan_num_chunks(plan), (long long)koila_plan_chunk_size(plan));
+    fflush(stdout);
+    koila_plan_free(plan);
+    koila_tensor_free(loss);
+    koila_tensor_free(logits);
+    koila_tensor_free(y);
+    koila_tensor_free(x);
+    koila_tensor_free(labels_t);
+    koila_tensor_free(images_t);
+
+    if (step % save_every == 0 && step < steps) {
+      char old_model[4096], old_state[4096];
+      const long previous = read_latest(dir);
+      checkpoint_paths(dir, step, model_path, state_path, sizeof model_path);
+      check(koila_module_save(net, model_path), "koila_module_save");
+      check(koila_optimizer_save(opt, state_path), "koila_optimizer_save");
+      write_latest(dir, step);
+      if (previous >= 0 && previous != step) {
+        checkpoint_paths(dir, previous, old_model, old_state, sizeof old_model);
+        remove(old_model);
+        remove(old_state);
+      }
+    }
+  }
+
+  snprintf(model_path, sizeof model_path, "%s/final.pt", dir);
+  check(koila_module_save(net, model_path), "koila_module_save");
+  for (i = 0; i < n_params; ++i) {
+    int64_t dims[8];
+    size_t ndim = 0, count = 1, k;
+    unsigned char *bytes;
+    check(koila_tensor_shape(params[i], dims, 8, &ndim), "koila_tensor_shape");
+    for (k = 0; k < ndim; ++k) count *= (size_t)dims[k];
+    bytes = malloc(count * sizeof(float));
+    check(koila_tensor_to_host(params[i], bytes, count * sizeof(float)), "koila_tensor_to_host");
+    for (k = 0; k < count * sizeof(float); ++k) hash = (hash ^ bytes[k]) * 1099511628211ULL;
+    free(bytes);
+  }
+  printf("finished %ld steps; parameters fnv1a %016llx\n", steps, hash);
+
+  koila_optimizer_free(opt);
+  for (i = 0; i < n_params; ++i) koila_tensor_free(params[i]);
+  free(params);
+  koila_module_free(net);
+  free(images);
+  free(labels);
+  return 0;
+}
