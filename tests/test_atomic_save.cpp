@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -218,6 +220,67 @@ TEST(AtomicSave, KilledSaversLeaveTheOldFileOrTheNewWhole) {
   ModuleHandle m = wrap(scripted::cnn(3));
   ASSERT_OK(koila_module_save(m.get(), target.c_str()));
   EXPECT_EQ(temporaries(dir.path(), "checkpoint.pt"), 0);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The same for koila_optimizer_save: a process saving two AdamW states to one path in turn,
+// killed at random moments; every file left behind is, byte for byte, one of the two states
+// saved whole, and loads into an AdamW optimizer over the same parameters.
+TEST(AtomicSave, KilledOptimizerSaversLeaveTheOldFileOrTheNewWhole) {
+  const TempDir dir("koila_atomic_");
+  const std::string module = dir / "cnn.pt", target = dir / "adamw.state";
+  scripted::cnn(4).save(module);
+  koila_module* loaded = nullptr;
+  ASSERT_OK(koila_module_load(&loaded, module.c_str(), "cpu"));
+  ModuleHandle m(loaded);
+  std::vector<Handle> params = koila_test::parameters(m.get());
+  std::vector<koila_tensor*> raw;
+  for (const Handle& h : params) raw.push_back(h.get());
+  koila_optimizer* o = nullptr;
+  ASSERT_OK(koila_optimizer_adamw(&o, raw.data(), raw.size(), 1e-3, 0.9, 0.999, 1e-8, 0.01));
+  koila_test::OptimizerHandle opt(o);
+
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> delay_us(0, 20000);
+  int mid_save = 0, failures = 0, held_a = 0, held_b = 0;
+  std::string a, b;
+  const int kills = kKills / 2;  // the module test above covers the protocol; this one the optimizer's writer
+  for (int k = 0; k < kills; ++k) {
+    const Child c = spawn({"optimizers", target, module});
+    const std::string ready = read_line(c.out, 60000);
+    if (ready != "ready") {
+      finish(c, true);
+      FAIL() << "the saving process did not start (" << ready << ")";
+    }
+    // This process's two states (its random batches differ from the last one's).
+    a = file_bytes(target + ".a");
+    b = file_bytes(target + ".b");
+    ASSERT_NE(a, b);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    const int status = finish(c, true);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+    mid_save += temporaries(dir.path(), "adamw.state", c.pid) > 0;
+    const std::string left = file_bytes(target);
+    held_a += left == a;
+    held_b += left == b;
+    auto [code, message] = outcome(koila_optimizer_load(opt.get(), target.c_str()));
+    if ((left != a && left != b) || code != KOILA_OK) {
+      ++failures;
+      ADD_FAILURE() << "after kill " << k << " (seed " << seed << "): " << left.size()
+                    << " bytes, neither state whole; load: " << message;
+    }
+  }
+  std::printf(
+      "[atomic save] optimizer states: %d kills (seed %u), %d failures; killed during a save: %d; "
+      "file held the first state %d, the second %d times\n",
+      kills, seed, failures, mid_save, held_a, held_b);
+  EXPECT_EQ(failures, 0);
+  EXPECT_GT(mid_save, 0) << "no kill landed during a save: the test tested nothing";
 }
 
 TEST(AtomicSave, AWriteThatFailsLeavesTheOldFile) {
