@@ -37,9 +37,9 @@ const std::string kWorker = KOILA_SAVE_WORKER;
 const std::string kProgram = std::string(KOILA_EXPORTED_FIXTURES) + "/2.14.1/heads.pt2";
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kKills = 12;  // instrumented processes start slowly
+constexpr int kKills = 8;  // instrumented processes start slowly
 #else
-constexpr int kKills = 30;
+constexpr int kKills = 20;
 #endif
 
 struct Child {

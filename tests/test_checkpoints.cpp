@@ -1,7 +1,6 @@
 // Issue 29: optimizer state files, exact resume, AdamW, the learning rate and gradient
 // clipping, checked against PyTorch's own results (tests/optim/make_references.py) and
 // against training that never stopped.
-#include <torch/script.h>
 #include <torch/serialize.h>
 
 #include <cmath>
