@@ -71,11 +71,42 @@ static void checkpoint_paths(const char *dir, long steps, char *model, char *sta
 /* The learning rate of step `step` (1-based): halved every 4 steps. */
 static double schedule(long step) { return 2e-3 * pow(0.5, (double)((step - 1) / 4)); }
 
+/* One batch's loss graph: the inputs (samples first .. first + batch of the pool), the lazy
+   views, the module call and the loss. */
+struct batch_graph {
+  koila_tensor *images, *labels, *x, *y, *logits, *loss;
+};
+
+static void build_graph(struct batch_graph *g, koila_module *net, const float *images, const int64_t *labels,
+                        int64_t first, int64_t batch) {
+  const int64_t image_shape[4] = {batch, 3, 32, 32}, label_shape[1] = {batch};
+  memset(g, 0, sizeof *g);
+  check(koila_tensor_from_data(&g->images, images + first * SYNTHETIC_PIXELS,
+                               (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images, KOILA_FLOAT32, image_shape, 4,
+                               "cpu"),
+        "images");
+  check(koila_tensor_from_data(&g->labels, labels + first, (size_t)batch * sizeof *labels, KOILA_INT64, label_shape,
+                               1, "cpu"),
+        "labels");
+  check(koila_lazy(&g->x, g->images, 0), "koila_lazy");
+  check(koila_lazy(&g->y, g->labels, 0), "koila_lazy");
+  check(koila_module_forward(&g->logits, net, &g->x, 1), "koila_module_forward");
+  check(koila_cross_entropy(&g->loss, g->logits, g->y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
+}
+
+static void free_graph(struct batch_graph *g) {
+  koila_tensor_free(g->loss);
+  koila_tensor_free(g->logits);
+  koila_tensor_free(g->y);
+  koila_tensor_free(g->x);
+  koila_tensor_free(g->labels);
+  koila_tensor_free(g->images);
+}
+
 int main(int argc, char **argv) {
   const char *cnn = argc > 1 ? argv[1] : NULL, *dir = argc > 2 ? argv[2] : NULL;
   const long steps = argc > 3 ? atol(argv[3]) : 12, save_every = argc > 4 ? atol(argv[4]) : 3;
   const int64_t batch = argc > 5 ? atoll(argv[5]) : 32, pool = 4 * batch;
-  const int64_t image_shape[4] = {batch, 3, 32, 32}, label_shape[1] = {batch};
   float *images;
   int64_t *labels;
   koila_module *net = NULL;
@@ -109,28 +140,14 @@ int main(int argc, char **argv) {
   /* The budget: what the process holds before any optimizer state or gradient, plus a
      sixth of what an unsplit step needs beyond it (the same in every process of the run). */
   {
-    koila_tensor *images_t = NULL, *labels_t = NULL, *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    struct batch_graph g;
     koila_plan *plan = NULL;
-    check(koila_tensor_from_data(&images_t, images, (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images,
-                                 KOILA_FLOAT32, image_shape, 4, "cpu"),
-          "images");
-    check(koila_tensor_from_data(&labels_t, labels, (size_t)batch * sizeof *labels, KOILA_INT64, label_shape, 1,
-                                 "cpu"),
-          "labels");
-    check(koila_lazy(&x, images_t, 0), "koila_lazy");
-    check(koila_lazy(&y, labels_t, 0), "koila_lazy");
-    check(koila_module_forward(&logits, net, &x, 1), "koila_module_forward");
-    check(koila_cross_entropy(&loss, logits, y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
-    check(koila_plan_new(&plan, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+    build_graph(&g, net, images, labels, 0, batch);
+    check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
     check(koila_memory_stats("cpu", &current, NULL), "koila_memory_stats");
     budget = current + (koila_plan_full_peak_bytes(plan) - current) / 6;
     koila_plan_free(plan);
-    koila_tensor_free(loss);
-    koila_tensor_free(logits);
-    koila_tensor_free(y);
-    koila_tensor_free(x);
-    koila_tensor_free(labels_t);
-    koila_tensor_free(images_t);
+    free_graph(&g);
     check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
   }
 
@@ -144,39 +161,22 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   for (step = done + 1; step <= steps; ++step) {
-    const int64_t first = ((step - 1) % 4) * batch;
-    koila_tensor *images_t = NULL, *labels_t = NULL, *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    struct batch_graph g;
     koila_plan *plan = NULL;
     double value = 0, norm = 0;
-    check(koila_tensor_from_data(&images_t, images + first * SYNTHETIC_PIXELS,
-                                 (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images, KOILA_FLOAT32, image_shape, 4,
-                                 "cpu"),
-          "images");
-    check(koila_tensor_from_data(&labels_t, labels + first, (size_t)batch * sizeof *labels, KOILA_INT64,
-                                 label_shape, 1, "cpu"),
-          "labels");
-    check(koila_lazy(&x, images_t, 0), "koila_lazy");
-    check(koila_lazy(&y, labels_t, 0), "koila_lazy");
-    check(koila_module_forward(&logits, net, &x, 1), "koila_module_forward");
-    check(koila_cross_entropy(&loss, logits, y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
-
+    build_graph(&g, net, images, labels, ((step - 1) % 4) * batch, batch);
     check(koila_optimizer_set_lr(opt, schedule(step)), "koila_optimizer_set_lr");
     check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
-    check(koila_plan_new(&plan, loss, KOILA_MODE_TRAINING), "koila_plan_new");
-    check(koila_backward(loss), "koila_backward");
-    check(koila_tensor_item(loss, &value), "koila_tensor_item");
+    check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
+    check(koila_backward(g.loss), "koila_backward");
+    check(koila_tensor_item(g.loss, &value), "koila_tensor_item");
     check(koila_clip_grad_norm(&norm, params, n_params, 1.0), "koila_clip_grad_norm");
     check(koila_optimizer_step(opt), "koila_optimizer_step");
     printf("step %3ld  loss %.4f  grad norm %.4f  lr %.2e  %lld x %lld\n", step, value, norm, schedule(step),
            (long long)koila_plan_num_chunks(plan), (long long)koila_plan_chunk_size(plan));
     fflush(stdout);
     koila_plan_free(plan);
-    koila_tensor_free(loss);
-    koila_tensor_free(logits);
-    koila_tensor_free(y);
-    koila_tensor_free(x);
-    koila_tensor_free(labels_t);
-    koila_tensor_free(images_t);
+    free_graph(&g);
 
     if (step % save_every == 0 && step < steps) {
       char old_model[4096], old_state[4096];
