@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "koila.h"
+#include "memory/device_memory.h"
 #include "models.h"
 #include "plan/planner.h"
 
@@ -73,7 +74,8 @@ struct EstimateRow {
 
 // Evaluates `loss` (FORWARD) or backpropagates it (TRAINING) once, unsplit (with a budget
 // far above the need) or with a budget that fits chunks of `chunk` samples (by the
-// estimate, plus 15%), and reports the planner's estimated peak and the measured one.
+// estimate, plus 15%, plus allocator_slack), and reports the planner's estimated peak and
+// the measured one.
 // `zero_grad` clears the gradients before and after.
 inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koila_mode mode, int64_t chunk,
                                     const char* device, const std::function<void()>& zero_grad) {
@@ -82,7 +84,9 @@ inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koi
   uint64_t budget = uint64_t{1} << 50;
   if (chunk < batch) {
     const auto m = mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward;
-    budget = memory(device).current + static_cast<uint64_t>(1.15 * koila::estimate_extra(loss->node, m, chunk));
+    // (plus what koila's cap lets the device's allocator reserve in whole segments: CUDA)
+    budget = memory(device).current + static_cast<uint64_t>(1.15 * koila::estimate_extra(loss->node, m, chunk)) +
+             koila::allocator_slack(koila::canonical_device(c10::Device(device)));
   }
   check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
   check(koila_plan_new(&plan, loss, mode), "koila_plan_new");

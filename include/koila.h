@@ -221,8 +221,13 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* gradient has changed) and retries with half the chunk, so the peak stays within the    */
 /* budget even where an estimate fell short. If chunks of one sample still overrun, the   */
 /* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. On CUDA (built      */
-/* with it) the caching allocator is capped at the budget during the run and its cache    */
-/* emptied before a retry.                                                                */
+/* with it) the caching allocator is capped at the budget during the run: what it         */
+/* reserves from the device, which bounds what tensors hold. When it holds more than the  */
+/* budget as the run starts, what it caches unused goes back to the device first (blocks  */
+/* it holds are not checked against the cap), and again before a retry. cuDNN's           */
+/* convolutions take workspaces as free memory allows (440 MiB for a small CNN's backward */
+/* at batch 1024 on an H100, nothing at 512): under the cap they take smaller ones or     */
+/* none, so estimates count none.                                                         */
 /*                                                                                        */
 /* Threads share a device's budget: a planned run reserves its estimated peak while it    */
 /* runs, and plans made meanwhile count what the running ones reserved and have not yet   */
@@ -268,7 +273,10 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
 /* The budget the planned run needs: the bytes in use (and reserved by runs on other
    threads) when it was planned, plus its estimate with koila's margin, a tenth of the
    estimate, on top. The margin is for what an estimate cannot see: the allocator rounding
-   sizes up, a kernel choosing another algorithm (and workspace) when it runs. A run fits
+   sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the
+   need also has 22 MiB for the caching allocator's segments: koila's hard limit caps what
+   that allocator reserves from the device (20 MiB at a time for blocks of 1 to 10 MiB),
+   not only what tensors hold. A run fits
    when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes,
    without the margin) is below the budget may still not fit. koila_plan_describe and every
    refusal state the margin and the need. */

@@ -77,7 +77,8 @@ uint64_t budget(const c10::Device& device) {
 
 // On the CPU the tracking allocator refuses what goes beyond cpu_budget_in_force
 // (cpu_allocator.cpp); on CUDA the caching allocator is capped (cuda_memory.cpp).
-BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget) : previous_(cpu_budget_in_force), device_(device) {
+BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget)
+    : previous_(cpu_budget_in_force), budget_(budget), device_(device) {
   if (device.is_cpu()) cpu_budget_in_force = budget;
 #ifdef KOILA_WITH_CUDA
   if (device.is_cuda()) cap_cuda(device, budget);
@@ -86,7 +87,7 @@ BudgetScope::BudgetScope(const c10::Device& device, uint64_t budget) : previous_
 BudgetScope::~BudgetScope() {
   cpu_budget_in_force = previous_;
 #ifdef KOILA_WITH_CUDA
-  if (device_.is_cuda()) uncap_cuda(device_);
+  if (device_.is_cuda()) uncap_cuda(device_, budget_);
 #endif
 }
 

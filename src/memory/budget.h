@@ -22,7 +22,10 @@ uint64_t budget(const c10::Device& device);
 // Allocations LibTorch makes on its own worker threads during the run are counted in the
 // figures but not refused (most kernels allocate on the calling thread). On CUDA (when
 // built with it) the device's caching allocator is capped at the budget while a scope on
-// it lives (setMemoryFraction), so that an allocation beyond it fails there too.
+// it lives (setMemoryFraction), so that an allocation beyond it fails there too: at the
+// smallest budget of the scopes on that device that live (a probe's within a run's), and
+// after the allocator gives back what it caches unused when it holds more than that (its
+// cap bounds only what it asks the device for, not the blocks it already holds).
 class BudgetScope {
  public:
   BudgetScope(const c10::Device& device, uint64_t budget);
@@ -32,6 +35,7 @@ class BudgetScope {
 
  private:
   uint64_t previous_;
+  uint64_t budget_;
   c10::Device device_;
 };
 

@@ -3,13 +3,18 @@
 
 #include "memory/cuda_memory.h"
 
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "base/error.h"
@@ -19,9 +24,42 @@ namespace koila {
 namespace memory_detail {
 namespace {
 
-// The devices whose caching allocator a live BudgetScope caps (cap_cuda, uncap_cuda).
+// The budgets of the live BudgetScopes of each device (cap_cuda, uncap_cuda): the cap in
+// force is the smallest, so that a scope nested in another (a calibration probe within a
+// plan's run) tightens the cap while it lives and the outer one's comes back after it.
 std::mutex cuda_cap_mutex;
-std::map<int, int> cuda_caps;  // device index -> live scopes
+std::map<int, std::multiset<uint64_t>> cuda_caps;  // device index -> budgets of live scopes
+
+uint64_t device_total(int index) {
+  size_t free = 0, total = 0;
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(index);
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return total;
+}
+
+// Under cuda_cap_mutex. The caching allocator's cap (setMemoryFraction) bounds the memory it
+// reserves from the device, and it is checked only when the allocator asks the device for
+// more: blocks it already holds unused are handed out without it. So when it holds more
+// than the cap, what it caches unused goes back to the device first: then every allocation
+// the cap allows is within the budget, however the allocator hands it out (the cap is on
+// reserved bytes, which are at least the allocated bytes that budgets count).
+void apply_cap(int index, uint64_t cap) {
+  const uint64_t total = device_total(index);
+  if (total == 0) return;  // no cap: the planner's estimate alone keeps the run within the budget
+  const double fraction = std::min(1.0, static_cast<double>(cap) / static_cast<double>(total));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+  if (fraction >= 1.0) return;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  if (static_cast<uint64_t>(std::max<int64_t>(stats.reserved_bytes[0].current, 0)) > cap)
+    c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 }  // namespace
 
@@ -56,34 +94,51 @@ uint64_t cuda_free_bytes(const c10::Device& device) {
   return free + static_cast<uint64_t>(std::max<int64_t>(cached, 0));
 }
 
+void warm_cuda_libraries(const c10::Device& device) {
+  // LibTorch gives cuBLAS a workspace from the caching allocator at the first product on
+  // each (handle, stream), and cuBLASLt (a linear layer's product with its bias) one of its
+  // own in some versions; both are kept for the process's lifetime. Handles are per
+  // thread: a backward's products run on autograd's thread for the device, which the small
+  // backward here reaches.
+  thread_local std::set<std::pair<int, c10::StreamId>> warmed;
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device.index());
+  if (!warmed.insert({device.index(), stream.id()}).second) return;
+  c10::cuda::CUDAGuard on(device);
+  c10::AutoGradMode grad(true);
+  try {
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+    const at::Tensor a = at::ones({16, 16}, options);
+    const at::Tensor w = at::ones({16, 16}, options).requires_grad_(true);
+    const at::Tensor bias = at::zeros({16}, options).requires_grad_(true);
+    at::linear(at::mm(a, a), w, bias).sum().backward();
+  } catch (const std::exception&) {
+    // Best effort (under InferenceMode no backward runs): a measurement may then count a
+    // workspace as the run's, which errs high.
+  }
+}
+
 void release_cuda_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
 
 void cap_cuda(const c10::Device& device, uint64_t budget) {
   const int index = canonical_device(device).index();
-  size_t free = 0, total = 0;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(index);
-  const cudaError_t err = cudaMemGetInfo(&free, &total);
-  cudaSetDevice(previous);
-  if (err != cudaSuccess || total == 0) {
-    cudaGetLastError();
-    return;  // no cap: the planner's estimate alone keeps the run within the budget
-  }
   std::lock_guard<std::mutex> lock(cuda_cap_mutex);
-  ++cuda_caps[index];
-  const double fraction = std::min(1.0, static_cast<double>(budget) / static_cast<double>(total));
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+  std::multiset<uint64_t>& live = cuda_caps[index];
+  live.insert(budget);
+  apply_cap(index, *live.begin());
 }
 
-void uncap_cuda(const c10::Device& device) {
+void uncap_cuda(const c10::Device& device, uint64_t budget) {
   const int index = canonical_device(device).index();
   std::lock_guard<std::mutex> lock(cuda_cap_mutex);
   auto found = cuda_caps.find(index);
   if (found == cuda_caps.end()) return;
-  if (--found->second == 0) {
+  auto it = found->second.find(budget);
+  if (it != found->second.end()) found->second.erase(it);
+  if (found->second.empty()) {
     cuda_caps.erase(found);
     c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, index);
+  } else {
+    apply_cap(index, *found->second.begin());
   }
 }
 

@@ -23,13 +23,18 @@ MemoryStats cuda_memory_stats(const c10::Device& device);
 void reset_cuda_peak(const c10::Device& device);
 uint64_t cuda_free_bytes(const c10::Device& device);
 
+// prepare_device of CUDA devices: a small matrix product and a linear layer on the device's
+// current stream, once per thread, device and stream.
+void warm_cuda_libraries(const c10::Device& device);
+
 // release_cached_memory of CUDA devices: empties the caching allocator's cache.
 void release_cuda_cache();
 
-// The caching allocator of the device is capped at the budget (as a fraction of the
-// device's memory) while any scope on it lives; the cap is lifted when the last one ends.
+// The caching allocator of the device is capped (as a fraction of the device's memory) at
+// the smallest budget of the scopes on it that live; when it holds more than that cap, what
+// it caches unused goes back to the device first. The cap is lifted when the last one ends.
 void cap_cuda(const c10::Device& device, uint64_t budget);
-void uncap_cuda(const c10::Device& device);
+void uncap_cuda(const c10::Device& device, uint64_t budget);  // the budget its cap_cuda gave
 
 }  // namespace memory_detail
 }  // namespace koila

@@ -72,6 +72,16 @@ uint64_t free_bytes(const c10::Device& device) {
 #endif
 }
 
+uint64_t allocator_slack(const c10::Device& device) { return device.is_cuda() ? uint64_t{22} << 20 : 0; }
+
+void prepare_device(const c10::Device& device) {
+#ifdef KOILA_WITH_CUDA
+  if (device.is_cuda()) memory_detail::warm_cuda_libraries(canonical_device(device));
+#else
+  (void)device;
+#endif
+}
+
 void release_cached_memory(const c10::Device& device) {
 #ifdef KOILA_WITH_CUDA
   if (device.is_cuda()) memory_detail::release_cuda_cache();

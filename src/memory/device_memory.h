@@ -26,6 +26,22 @@ uint64_t free_bytes(const c10::Device& device);
 // "cuda" means the current CUDA device: budgets and stats are kept per device index.
 c10::Device canonical_device(c10::Device device);
 
+// What a run may need beyond the bytes its tensors hold because the device's allocator takes
+// memory in larger pieces: on CUDA the caching allocator reserves segments (20 MiB for
+// blocks of 1 to 10 MiB, 2 MiB for smaller ones), and koila's cap on it (BudgetScope)
+// bounds what it reserves, not what tensors hold, so a run whose tensors fit the budget
+// exactly could be refused a new segment: 22 MiB. 0 on the CPU, whose budget counts
+// tensors' bytes.
+uint64_t allocator_slack(const c10::Device& device);
+
+// Before a run or probe on `device` is measured: makes LibTorch take now, on this thread,
+// what it keeps for the rest of the process once a library is first used there, so that no
+// measurement counts it as what that run took. On CUDA, cuBLAS's workspace for this
+// thread's handle and stream (32 MiB on Hopper, 8 MiB before), which a calibration probe
+// otherwise measured as the graph's own and added to every later estimate. Once per
+// thread, device and stream; nothing to do on the CPU.
+void prepare_device(const c10::Device& device);
+
 // Gives back what a device's allocator caches unused (CUDA's caching allocator), before a
 // run retries with a smaller chunk; nothing to do on the CPU.
 void release_cached_memory(const c10::Device& device);

@@ -125,7 +125,9 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
   // state and of the random generator's (5 KiB on the CPU) included; only what the run
-  // itself takes is the probe's peak.
+  // itself takes is the probe's peak. What a library keeps for the process once first used
+  // there (cuBLAS's workspace) is taken before, not counted as the graph's.
+  prepare_device(device);
   const uint64_t current = memory_stats(device).current;
   BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
   std::unordered_map<const Node*, at::Tensor> copies;

@@ -103,6 +103,7 @@ Plan device_plan(const NodePtr& root, RunMode mode) {
   p.root = root;
   p.device = canonical_device(root->meta.device);
   p.target = shape_string(root->meta.shape) + " " + dtype_name(root->meta.dtype);
+  prepare_device(p.device);  // before what is in use is read: cuBLAS's workspace is not the run's
   p.in_use_bytes = memory_stats(p.device).current;
   p.reserved_by_others_bytes = outstanding_reservations(p.device);
   p.budget_bytes = budget(p.device);
@@ -259,7 +260,7 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
 
 uint64_t Plan::needed(uint64_t extra) const {
   const double total = static_cast<double>(in_use_bytes) + static_cast<double>(reserved_by_others_bytes) +
-                       static_cast<double>(extra) * (1.0 + kMargin);
+                       static_cast<double>(extra) * (1.0 + kMargin) + static_cast<double>(allocator_slack(device));
   return total >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(total);
 }
 
@@ -288,8 +289,10 @@ std::string Plan::describe() const {
   if (root && root->lazy()) {  // (a concrete value's plan estimates nothing)
     os << " With koila's margin of " << static_cast<int>(kMargin * 100 + 0.5)
        << "% on the estimate of the run (for what an estimate cannot see: the allocator rounding sizes up, a "
-          "kernel choosing another algorithm), this run needs a budget of "
-       << human_bytes(needed());
+          "kernel choosing another algorithm)";
+    if (const uint64_t slack = allocator_slack(device); slack > 0)
+      os << " and " << human_bytes(slack) << " for the device allocator's segments (koila caps what it reserves)";
+    os << ", this run needs a budget of " << human_bytes(needed());
     if (split) os << " (unsplit, " << human_bytes(full_needed()) << ")";
     os << ".";
   }
