@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/libtorch_compat.h"
+#include "graph/attention_meta.h"
 #include "graph/rnn_meta.h"
 
 namespace koila {
@@ -464,7 +465,11 @@ void register_all() {
   fill_in_missing<like_arg_meta<4, 1>>("mse_loss_backward");
   fill_in_missing<like_arg_meta<3, 0>>("threshold_backward");
   fill_in_missing<like_arg_meta<8, 1>>("max_pool2d_with_indices_backward");
+  // Attention as the CPU runs it on LibTorch 2.x (attention_meta.h): its flash kernels first.
+  fill_in_missing<flash_attention_for_cpu_meta>("_scaled_dot_product_flash_attention_for_cpu");
+  fill_in_missing<flash_attention_for_cpu_backward_meta>("_scaled_dot_product_flash_attention_for_cpu_backward");
   register_rnn_meta_kernels();
+  register_attention_meta_kernels();
 }
 
 }  // namespace

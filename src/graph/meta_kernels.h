@@ -20,9 +20,11 @@ namespace koila {
 // Idempotent and thread-safe; called before any inference.
 void ensure_meta_kernels();
 
-// The ops koila filled in on this LibTorch, in the order they were registered: the same 25
-// on 1.13 and 2.14.1, whose C++ library has no more meta kernels for them (PyTorch 2.x
-// registers most of its meta implementations from Python, which LibTorch alone lacks).
+// The ops koila filled in on this LibTorch, in the order they were registered: 26 on 1.13
+// and 27 of the same on 2.14.1 (native_group_norm too), whose C++ library has no more meta
+// kernels for them (PyTorch 2.x registers most of its meta implementations from Python,
+// which LibTorch alone lacks), and on 2.x the CPU's two flash attention kernels
+// (attention_meta.h).
 std::vector<std::string> filled_in_meta_kernels();
 
 // at::mse_loss, which on meta tensors also holds what its real kernel allocates and its meta

@@ -431,6 +431,29 @@ TEST(Summary, Resnet18EvalTrainsUnderAFractionOfItsNeed) {
   }
 }
 
+// The attention models (issue 28): on LibTorch 2.x the CPU runs scaled_dot_product_attention
+// through its flash kernel, which never holds the attention weights; a simulation through
+// the meta device's "math" choice counted them and estimated transformer_encoder 31% over
+// its measured peak (forward and training) and vit_small 23% (training). Now reads are
+// within 2% and training within 15%: at the corpus's 8 samples what remains is mostly
+// constant (the flash kernels' per-thread blocks, which the calibration probes find where
+// attention peaks and add at every size: +56 KiB of vit_small's 0.94 MiB).
+TEST(Summary, AttentionIsEstimatedAsTheCpuRunsIt) {
+  int checked = 0;
+  for (const Case& c : cases()) {
+    if (c.entry.name != "transformer_encoder" && c.entry.name != "vit_small") continue;
+    const Reference ref = read_reference(corpus_dir(), c.entry.name, c.module_mode);
+    const Graph g(corpus_dir(), c.entry, c.train(), ref, c.exported);
+    const RunResult r = run(g, c.mode, kUnlimited);
+    ASSERT_TRUE(r.ran.ok()) << c.label() << ": " << r.ran.message;
+    std::printf("[corpus] %-45s estimate %8.2f MiB  measured %8.2f MiB  error %+6.1f%%\n", c.label().c_str(),
+                mib(r.estimate), mib(r.measured), 100 * r.error());
+    EXPECT_LE(std::abs(r.error()), c.mode == KOILA_MODE_FORWARD ? 0.02 : 0.15) << c.label() << ": " << r.description;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no attention model in the corpus at " << corpus_dir();
+}
+
 // The issue's target over the whole corpus: the median |error| of the unsplit estimates.
 TEST(Summary, MedianEstimateError) {
   const std::vector<Case> all = cases();
