@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ATen/DLConvertor.h>
+#include <torch/cuda.h>
 
 #include "base/dlpack.h"
 #include "helpers.h"
@@ -116,6 +117,26 @@ struct CudaRun {
         y(koila_models::lazy(ys, 0)),
         loss(m.loss(x.get(), y.get())) {}
 };
+
+// A process's first call may ask for CUDA figures before any CUDA tensor exists (ctest runs
+// each test in a process of its own, and this one reaches CUDA through koila alone).
+// LibTorch's caching allocator answers for a device only once CUDA is set up, which koila
+// now does itself: before, `koila fit --device cuda:0` failed so ("Invalid device argument").
+TEST(Cuda, FiguresBeforeAnyCudaTensorExists) {
+  uint64_t budget = 0, current = 0, peak = 0;
+  koila_status* s = koila_memory_budget("cuda:0", &budget);
+  if (!torch::cuda::is_available()) {
+    ASSERT_NE(s, nullptr) << "no CUDA device here, yet a budget was read";
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_DEVICE) << koila_status_message(s);
+    koila_status_free(s);
+    GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch";
+  }
+  ASSERT_OK(s);
+  EXPECT_GT(budget, uint64_t(0));
+  ASSERT_OK(koila_memory_reset_peak("cuda:0"));
+  ASSERT_OK(koila_memory_stats("cuda:0", &current, &peak));
+  EXPECT_LE(current, peak);
+}
 
 TEST(Cuda, MemoryStatsFollowTheCachingAllocator) {
   SKIP_WITHOUT_CUDA();

@@ -30,6 +30,22 @@ namespace {
 std::mutex cuda_cap_mutex;
 std::map<int, std::multiset<uint64_t>> cuda_caps;  // device index -> budgets of live scopes
 
+// The device's index, once LibTorch's CUDA state is set up. Its caching allocator answers
+// for a device only after that ("Invalid device argument ... did you call init?"), which
+// happens at the first CUDA tensor: a program whose first call asks for a budget or figures
+// (the koila command asks for the budget first) met that error. A device the machine lacks
+// is refused here.
+c10::DeviceIndex ready(const c10::Device& device) {
+  const c10::Device d = canonical_device(device);
+  static std::once_flag once;  // (an exception leaves it unset: the next call tries again)
+  std::call_once(once, [] { (void)at::empty({0}, at::TensorOptions().device(at::kCUDA)); });
+  const int count = c10::cuda::device_count();
+  if (d.index() < 0 || d.index() >= count)
+    fail(KOILA_ERROR_DEVICE,
+         "device " + d.str() + " is not available: this machine has " + std::to_string(count) + " CUDA device(s)");
+  return d.index();
+}
+
 uint64_t device_total(int index) {
   size_t free = 0, total = 0;
   int previous = 0;
@@ -67,18 +83,16 @@ c10::DeviceIndex current_cuda_device() { return c10::cuda::current_device(); }
 
 MemoryStats cuda_memory_stats(const c10::Device& device) {
   MemoryStats s;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(canonical_device(device).index());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(ready(device));
   s.current = static_cast<uint64_t>(stats.allocated_bytes[0].current);  // [0]: all pools
   s.peak = static_cast<uint64_t>(stats.allocated_bytes[0].peak);
   return s;
 }
 
-void reset_cuda_peak(const c10::Device& device) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(canonical_device(device).index());
-}
+void reset_cuda_peak(const c10::Device& device) { c10::cuda::CUDACachingAllocator::resetPeakStats(ready(device)); }
 
 uint64_t cuda_free_bytes(const c10::Device& device) {
-  const c10::Device d = canonical_device(device);
+  const c10::Device d(c10::kCUDA, ready(device));
   size_t free = 0, total = 0;
   int previous = 0;
   cudaGetDevice(&previous);
@@ -120,7 +134,7 @@ void warm_cuda_libraries(const c10::Device& device) {
 void release_cuda_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
 
 void cap_cuda(const c10::Device& device, uint64_t budget) {
-  const int index = canonical_device(device).index();
+  const int index = ready(device);
   std::lock_guard<std::mutex> lock(cuda_cap_mutex);
   std::multiset<uint64_t>& live = cuda_caps[index];
   live.insert(budget);
