@@ -20,4 +20,7 @@ echo "test_torch2: building against $("$venv/bin/python" -c 'import torch; print
 # compiles each file alone.
 KOILA_BUILD_DIR=$build "$root/scripts/build.sh" -DCMAKE_PREFIX_PATH="$prefix" -DKOILA_CORPUS_PYTHON="$venv/bin/python" \
     -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON
-"$root/scripts/ctest_run.sh" "$build" -j"$(nproc)" "$@"
+# The example killed and restarted (c.example_train_resume_killed, half a minute) runs in the
+# 1.13 configuration only: it drives koila's C API, whose saves the AtomicSave kill tests
+# check here against this LibTorch.
+"$root/scripts/ctest_run.sh" "$build" -j"$(nproc)" -E '^c\.example_train_resume_killed$' "$@"
