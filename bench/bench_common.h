@@ -86,7 +86,7 @@ inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koi
     const auto m = mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward;
     // (plus what koila's cap lets the device's allocator reserve in whole segments: CUDA)
     budget = memory(device).current + static_cast<uint64_t>(1.15 * koila::estimate_extra(loss->node, m, chunk)) +
-             koila::allocator_slack(koila::canonical_device(c10::Device(device)));
+             koila::allocator_slack(c10::Device(device));
   }
   check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
   check(koila_plan_new(&plan, loss, mode), "koila_plan_new");

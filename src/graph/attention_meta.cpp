@@ -1,7 +1,6 @@
 #include "graph/attention_meta.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -9,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "graph/meta_stack.h"
 #include "graph/rnn_meta.h"
 
 namespace koila {
 namespace {
 
-using Stack = std::vector<c10::IValue>;
+using meta_stack::args;
+using meta_stack::finish;
+using meta_stack::Stack;
 
 // SDPBackend::flash_attention (ATen/native/transformers/sdp_utils_cpp.h), the same on every
 // LibTorch 2.x.
@@ -28,15 +30,6 @@ struct AttentionOps {
 std::optional<AttentionOps>& attention_ops() {
   static std::optional<AttentionOps> ops;
   return ops;
-}
-
-c10::ArrayRef<c10::IValue> args(const Stack* stack, size_t n) {
-  return c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - n, n);
-}
-
-void finish(Stack* stack, size_t n, std::initializer_list<at::Tensor> results) {
-  stack->erase(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  for (const at::Tensor& r : results) stack->emplace_back(r);
 }
 
 // The dtype the CPU's flash kernels accumulate in and keep the logsumexp in.

@@ -13,12 +13,15 @@
 
 #include "base/libtorch_compat.h"
 #include "graph/attention_meta.h"
+#include "graph/meta_stack.h"
 #include "graph/rnn_meta.h"
 
 namespace koila {
 namespace {
 
-using Stack = std::vector<c10::IValue>;
+using meta_stack::args;
+using meta_stack::finish;
+using meta_stack::Stack;
 
 using compat::concrete_int;
 using compat::concrete_ints;
@@ -27,16 +30,6 @@ at::Tensor optional_tensor(const c10::IValue& v) { return v.isNone() ? at::Tenso
 
 at::Tensor meta_like(at::IntArrayRef shape, const at::Tensor& like) {
   return at::empty(shape, like.options().device(at::kMeta));
-}
-
-// Replaces the top `n` stack entries by `results`.
-void finish(Stack* stack, size_t n, std::initializer_list<at::Tensor> results) {
-  stack->erase(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  for (const at::Tensor& r : results) stack->emplace_back(r);
-}
-
-c10::ArrayRef<c10::IValue> args(const Stack* stack, size_t n) {
-  return c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - n, n);
 }
 
 // Ops of `N` arguments whose result is shaped like argument `Like` (elementwise ops and

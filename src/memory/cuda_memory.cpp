@@ -46,18 +46,16 @@ c10::DeviceIndex ready(const c10::Device& device) {
   return d.index();
 }
 
-uint64_t device_total(int index) {
-  size_t free = 0, total = 0;
+// The driver's free and total bytes of a device (the current device is left as it was); on
+// an error, which is cleared, its code.
+cudaError_t device_memory_info(int index, size_t* free, size_t* total) {
   int previous = 0;
   cudaGetDevice(&previous);
   cudaSetDevice(index);
-  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  const cudaError_t err = cudaMemGetInfo(free, total);
   cudaSetDevice(previous);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return total;
+  if (err != cudaSuccess) cudaGetLastError();
+  return err;
 }
 
 // Under cuda_cap_mutex. The caching allocator's cap (setMemoryFraction) bounds the memory it
@@ -67,8 +65,9 @@ uint64_t device_total(int index) {
 // the cap allows is within the budget, however the allocator hands it out (the cap is on
 // reserved bytes, which are at least the allocated bytes that budgets count).
 void apply_cap(int index, uint64_t cap) {
-  const uint64_t total = device_total(index);
-  if (total == 0) return;  // no cap: the planner's estimate alone keeps the run within the budget
+  size_t free = 0, total = 0;
+  if (device_memory_info(index, &free, &total) != cudaSuccess || total == 0)
+    return;  // no cap: the planner's estimate alone keeps the run within the budget
   const double fraction = std::min(1.0, static_cast<double>(cap) / static_cast<double>(total));
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
   if (fraction >= 1.0) return;
@@ -94,15 +93,9 @@ void reset_cuda_peak(const c10::Device& device) { c10::cuda::CUDACachingAllocato
 uint64_t cuda_free_bytes(const c10::Device& device) {
   const c10::Device d(c10::kCUDA, ready(device));
   size_t free = 0, total = 0;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(d.index());
-  const cudaError_t err = cudaMemGetInfo(&free, &total);
-  cudaSetDevice(previous);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
+  const cudaError_t err = device_memory_info(d.index(), &free, &total);
+  if (err != cudaSuccess)
     fail(KOILA_ERROR_DEVICE, std::string("cudaMemGetInfo failed on ") + d.str() + ": " + cudaGetErrorString(err));
-  }
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
   const int64_t cached = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
   return free + static_cast<uint64_t>(std::max<int64_t>(cached, 0));
