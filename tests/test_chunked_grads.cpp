@@ -101,7 +101,7 @@ TEST(ChunkedGrads, TheSimulationCountsCreatedGradientsAndSnapshots) {
     const koila::Analysis& a = koila::analysis_of(m.loss->node, koila::RunMode::Training);
     auto record = koila::graph_record(m.loss->node, a, koila::RunMode::Training);
     std::lock_guard<std::mutex> lock(record->mutex);
-    return record->simulated.at({16, 2});
+    return record->simulated.at({16, 2}).peak;
   };
   m.set_grads_absent();
   const uint64_t absent = simulated();

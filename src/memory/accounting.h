@@ -37,7 +37,8 @@ struct Slot {
   std::atomic<uint32_t> generation{0};
   std::atomic<int64_t> live{0};
   std::atomic<uint64_t> peak{0};
-  std::atomic<uint64_t> refused{0};  // see RunMemory::refused()
+  std::atomic<uint64_t> window_peak{0};  // the most held since RunMemory::take_window()
+  std::atomic<uint64_t> refused{0};      // see RunMemory::refused()
   std::atomic<int> parent{-1};
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "memory/accounting.h"
 #include "memory/cpu_allocator.h"
@@ -20,7 +21,10 @@ thread_local int innermost_slot = -1;
 void charge(int slot, int64_t bytes) {
   for (int s = slot; s >= 0; s = slots[s].parent) {
     const int64_t now = slots[s].live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    if (bytes > 0) raise_peak(slots[s].peak, static_cast<uint64_t>(std::max<int64_t>(now, 0)));
+    if (bytes <= 0) continue;
+    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(now, 0));
+    raise_peak(slots[s].peak, held);
+    raise_peak(slots[s].window_peak, held);
   }
 }
 
@@ -61,6 +65,7 @@ RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(devic
   slot.generation.fetch_add(1);
   slot.live.store(0);
   slot.peak.store(0);
+  slot.window_peak.store(0);
   slot.refused.store(0);
   slot.parent = innermost_slot;
   innermost_slot = slot_;
@@ -85,6 +90,15 @@ uint64_t RunMemory::peak() const {
   if (slot_ >= 0) return slots[slot_].peak.load();
   const uint64_t peak = memory_stats(device_).peak;
   return peak > start_ ? peak - start_ : 0;
+}
+
+std::optional<RunMemory::Window> RunMemory::take_window() {
+  if (slot_ < 0) return std::nullopt;
+  Slot& slot = slots[slot_];
+  Window w;
+  w.live = current();
+  w.peak = std::max(slot.window_peak.exchange(w.live), w.live);
+  return w;
 }
 
 }  // namespace koila

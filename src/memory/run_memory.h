@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace koila {
 
@@ -26,6 +27,15 @@ class RunMemory {
   // none did, on other devices than the CPU (their allocators do not say), and when the
   // device itself ran out (set_cpu_limit's limit, as a real device's).
   uint64_t refused() const;
+
+  // Windows of what it held (calibration op by op, plan/estimate.cpp): what it holds now and
+  // the most it held since the last take (or since it started); a new window starts. Only
+  // where its figures are its thread's own (the CPU's slots): nullopt elsewhere.
+  struct Window {
+    uint64_t live = 0;
+    uint64_t peak = 0;
+  };
+  std::optional<Window> take_window();
 
  private:
   c10::Device device_;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,6 +18,7 @@
 #include "memory/device_memory.h"
 #include "memory/meta_counter.h"
 #include "memory/run_memory.h"
+#include "plan/op_events.h"
 #include "run/chunked_run.h"
 #include "run/executor.h"
 
@@ -76,6 +79,48 @@ struct MetaLeaves {
   bool grad_is_zero(const at::Tensor& stand_in) const { return zero_grads.count(stand_in.unsafeGetTensorImpl()) > 0; }
 };
 
+// The family an op is keyed by (OpPoint): the backward of koila's fused linear layers and
+// convolutions (fused_grads.cpp, which probes do not fuse) is keyed as LibTorch's, one for
+// one: a chunk's k-th convolution backward is the probe's k-th.
+std::string family(const std::string& name) {
+  if (name.rfind("FusedLinear", 0) == 0 || name == "AddmmBackward0" || name == "MmBackward0") return "linear";
+  if (name.rfind("FusedConvolution", 0) == 0 || name == "ConvolutionBackward0") return "convolution";
+  return name;
+}
+
+// Follows a run op by op for the calibration (OpPoint, op_events.h), the bytes held taken
+// from `take` (false: it cannot say, and the points are incomplete).
+class OpPoints : public RunObserver, public OpListener {
+ public:
+  using Take = std::function<bool(uint64_t* live, uint64_t* peak)>;
+  OpPoints(std::vector<OpPoint>& points, Take take) : points_(points), take_(std::move(take)) {}
+
+  bool complete() const { return complete_; }
+
+  void chunk_started(int64_t) override { seen_.clear(); }
+  void phase(Phase next) override { phase_ = next; }
+  bool listening() const override { return true; }
+  void op_ended(std::string name, bool backward) override {
+    const uint64_t kind = std::hash<std::string>{}(family(name)) * 2 + (backward || phase_ == Phase::Backward ? 1 : 0);
+    const uint64_t before = seen_[kind]++;
+    OpPoint p;
+    p.key = kind ^ (before * 0x9e3779b97f4a7c15ULL + (kind << 6) + (kind >> 2));
+    p.accumulates = name.find("AccumulateGrad") != std::string::npos;
+    if (!take_(&p.live, &p.peak)) {
+      complete_ = false;
+      return;
+    }
+    points_.push_back(p);
+  }
+
+ private:
+  std::vector<OpPoint>& points_;
+  Take take_;
+  Phase phase_ = Phase::Forward;
+  std::unordered_map<uint64_t, uint64_t> seen_;  // ops of each kind so far in the chunk
+  bool complete_ = true;
+};
+
 void run_mode(const NodePtr& root, const Analysis& a, RunMode mode, const ChunkRun& run) {
   if (mode == RunMode::Forward) {
     c10::NoGradGuard no_grad;
@@ -87,8 +132,9 @@ void run_mode(const NodePtr& root, const Analysis& a, RunMode mode, const ChunkR
 
 // `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
 // dropped instead of added into .grad.
+// `ops`: its ops (OpPoints) are noted there (not with a watch).
 uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, bool commit,
-                  const SimulationWatch* watch = nullptr) {
+                  const SimulationWatch* watch = nullptr, std::vector<OpPoint>* ops = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes(), mode);
@@ -106,7 +152,22 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   MetaAllocationScope scope;
   const SimulatedDevice simulated(canonical_device(root->meta.device));  // its kernels' paths (rnn_meta.h)
   if (watch) watch->start(scope, stand_ins);
+  std::optional<OpPoints> points;
+  std::optional<OpRecording> recording;
+  if (ops && !watch) {
+    scope.record_windows();
+    points.emplace(*ops, [&scope](uint64_t* live, uint64_t* peak) {
+      const MetaAllocationScope::Window w = scope.take_window();
+      *live = w.live;
+      *peak = w.peak;
+      return true;
+    });
+    run.observer = &*points;
+    recording.emplace(*points);
+  }
   run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
+  recording.reset();
+  if (points && !points->complete()) ops->clear();
   if (watch) watch->end(scope);
   return scope.peak();
 }
@@ -119,8 +180,10 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // into the real ones (each as autograd has it), so that the probe holds what the run's
 // chunks hold rather than every gradient at once; the copies count against the room, not
 // the peak. Not where a leaf's value has autograd history (its leaves would be reached).
+// `ops`: its ops (OpPoints) are noted there; left empty where the device's figures are not
+// this thread's own (RunMemory::take_window).
 uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
-               bool like_a_chunk = false) {
+               bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr) {
   const c10::Device device = canonical_device(root->meta.device);
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
@@ -161,7 +224,22 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
     return found != copies.end() ? found->second : node.value;
   };
   RunMemory usage(device);
+  std::optional<OpPoints> points;
+  std::optional<OpRecording> recording;
+  if (ops && usage.take_window()) {
+    points.emplace(*ops, [&usage](uint64_t* live, uint64_t* peak) {
+      const std::optional<RunMemory::Window> w = usage.take_window();
+      if (!w) return false;
+      *live = w->live;
+      *peak = w->peak;
+      return true;
+    });
+    run.observer = &*points;
+    recording.emplace(*points);
+  }
   run_mode(root, a, mode, run);
+  recording.reset();
+  if (ops && (!points || !points->complete())) ops->clear();
   return usage.peak();
 }
 
@@ -186,6 +264,42 @@ uint64_t coarse_estimate(const Analysis& a, RunMode mode, int64_t chunk) {
   return static_cast<uint64_t>(bytes);
 }
 
+// The ops of one run (a probe's, or its simulation's) by key, an op that the other run does
+// not have folded into the next one that it has (its peak counts there; what it left held
+// shows in that op's own figures): real kernels may run ops their meta kernels do not
+// (checks of values), and the reverse.
+std::unordered_map<uint64_t, OpPoint> shared_ops(const std::vector<OpPoint>& ops, const std::vector<OpPoint>& other) {
+  std::unordered_set<uint64_t> theirs;
+  for (const OpPoint& p : other) theirs.insert(p.key);
+  std::unordered_map<uint64_t, OpPoint> shared;
+  uint64_t peak = 0;
+  for (const OpPoint& p : ops) {
+    peak = std::max(peak, p.peak);
+    if (!theirs.count(p.key)) continue;
+    OpPoint& q = shared[p.key];
+    q = p;
+    q.peak = peak;
+    peak = 0;
+  }
+  return shared;
+}
+
+// What a probe held beyond its simulation op by op (OpExtra by key), where at least 90% of
+// the simulation's ops are the probe's too; empty otherwise.
+std::unordered_map<uint64_t, OpExtra> extra_by_op(const std::vector<OpPoint>& real, const std::vector<OpPoint>& sim) {
+  std::unordered_map<uint64_t, OpExtra> by_op;
+  if (real.empty() || sim.empty()) return by_op;
+  const std::unordered_map<uint64_t, OpPoint> r = shared_ops(real, sim), m = shared_ops(sim, real);
+  if (m.size() * 10 < sim.size() * 9) return by_op;
+  for (const auto& [key, p] : r) {
+    const OpPoint& q = m.at(key);
+    const OpExtra e{static_cast<int64_t>(p.peak) - static_cast<int64_t>(q.peak),
+                    static_cast<int64_t>(p.live) - static_cast<int64_t>(q.live)};
+    by_op[key] = e;
+  }
+  return by_op;
+}
+
 }  // namespace
 
 Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
@@ -194,21 +308,22 @@ Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
 int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
 
 // Under the record's lock.
-bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe) {
+const Simulated* Estimator::simulated(int64_t chunk, int64_t max_chunks, bool as_probe) {
   GraphRecord& r = *record_;
-  if (!r.simulation_failure.empty()) return false;
+  if (!r.simulation_failure.empty()) return nullptr;
   const auto key = std::make_pair(chunk, as_probe ? -max_chunks : max_chunks);  // probes: negative counts
   auto found = r.simulated.find(key);
   if (found == r.simulated.end()) {
     try {
-      found = r.simulated.emplace(key, simulate(root_, a_, mode_, chunk, max_chunks, !as_probe)).first;
+      Simulated sim;
+      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, &sim.ops);
+      found = r.simulated.emplace(key, std::move(sim)).first;
     } catch (...) {
       r.simulation_failure = reason(std::current_exception());
-      return false;
+      return nullptr;
     }
   }
-  *bytes = found->second;
-  return true;
+  return &found->second;
 }
 
 // Under the record's lock: a real probe of the first chunk of `samples` against the
@@ -216,14 +331,16 @@ bool Estimator::simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bo
 // `like_a_chunk`: the run's first chunks instead, gradients going into copies of the leaves
 // as the run's go into .grad (see probe()), against the run's own simulation of them.
 Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* difference, std::string* why,
-                                                      bool like_a_chunk) {
+                                                      bool like_a_chunk, std::unordered_map<uint64_t, OpExtra>* by_op) {
   const int64_t chunks = like_a_chunk ? kSimulatedChunks : 1;
-  uint64_t sim = 0;
-  if (!simulated(samples, chunks, &sim, /*as_probe=*/!like_a_chunk)) return Probed::NoSimulation;
-  if (static_cast<double>(sim) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
+  const Simulated* sim = simulated(samples, chunks, /*as_probe=*/!like_a_chunk);
+  if (!sim) return Probed::NoSimulation;
+  if (static_cast<double>(sim->peak) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
   try {
-    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk);
-    *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim);
+    std::vector<OpPoint> ops;
+    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, by_op ? &ops : nullptr);
+    *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
+    if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
   } catch (...) {
     const std::exception_ptr e = std::current_exception();
@@ -247,15 +364,19 @@ void Estimator::calibrate(Calibration& c) {
     sizes = {2};
   else if (a_.splits(1))
     sizes = {1};
+  bool by_op = true;  // every probe's ops matched its simulation's
   for (int64_t samples : sizes) {
     int64_t difference = 0;
     std::string why;
-    const Probed probed = probe_against_simulation(samples, &difference, &why);
+    std::unordered_map<uint64_t, OpExtra> ops;
+    const Probed probed = probe_against_simulation(samples, &difference, &why, false, &ops);
     if (probed == Probed::NoSimulation) return;
     if (probed == Probed::NoRoom) break;  // later
     c.done = true;
     if (probed == Probed::Measured) {
       c.probes[samples] = difference;
+      by_op = by_op && !ops.empty();
+      c.by_op[samples] = std::move(ops);
       c.failure.clear();
       continue;
     }
@@ -263,10 +384,12 @@ void Estimator::calibrate(Calibration& c) {
     if (probed == Probed::OutOfMemory) {  // no room now (other runs, a smaller budget): again in a later plan
       c.done = false;
       c.probes.clear();
+      c.by_op.clear();
       return;
     }
     break;
   }
+  if (!by_op) c.by_op.clear();
   if (c.probes.empty()) return;
   int64_t base = static_cast<int64_t>(kKernelScalars);
   for (const auto& [samples, d] : c.probes) base = std::max(base, d);
@@ -332,21 +455,81 @@ std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t sampl
   return found->second;
 }
 
+namespace {
+
+// `most` of the probes' figures `seen` (samples, bytes; by samples), and beyond the largest
+// probe the growth from the smaller to the larger a sample; a chunk of a probe's size, that
+// probe's own figure. At least 0.
+std::optional<double> grown(std::optional<double> most, const std::vector<std::pair<int64_t, double>>& seen,
+                            int64_t samples) {
+  if (!most) return std::nullopt;
+  for (const auto& [n, v] : seen)
+    if (n == samples) return std::max(0.0, v);  // a chunk of a probe's size: what that probe took
+  if (seen.size() >= 2 && samples > seen.back().first) {
+    const auto &hi = seen.back(), &lo = seen[seen.size() - 2];
+    *most += std::max(0.0, (hi.second - lo.second) / static_cast<double>(hi.first - lo.first)) *
+             static_cast<double>(samples - hi.first);
+  }
+  return std::max(0.0, *most);
+}
+
+// What the probes held beyond their simulations at the op `key` (during it, or after it:
+// `live`), for a chunk of `samples`: the most of the probes, and beyond the largest the
+// growth from the smaller to the larger a sample. nullopt: no probe ran that op.
+std::optional<double> op_extra(const Calibration& c, uint64_t key, bool live, int64_t samples) {
+  std::optional<double> most;
+  std::vector<std::pair<int64_t, double>> seen;
+  for (const auto& [n, ops] : c.by_op) {
+    const auto found = ops.find(key);
+    if (found == ops.end()) continue;
+    const double v = static_cast<double>(live ? found->second.live : found->second.peak);
+    seen.emplace_back(n, v);
+    most = most ? std::max(*most, v) : v;
+  }
+  return grown(most, seen, samples);
+}
+
+}  // namespace
+
+// Under the calibration's lock: the chunk's simulated ops each with what the probes held
+// beyond the simulation at the same op, the most of them over the simulated peak; at least
+// the kernels' scalars. Ops that no probe ran: the run's accumulation into .grad with what
+// the probes still held after the op before it; any other with `global`, the figure of the
+// probes' peaks, as without ops to compare.
+uint64_t Estimator::added_op_by_op(const Calibration& c, const Simulated& sim, int64_t samples, uint64_t global) {
+  double most = static_cast<double>(sim.peak), held = 0;
+  for (const OpPoint& op : sim.ops) {
+    double extra = op.accumulates ? held : std::max(held, static_cast<double>(global));
+    if (const std::optional<double> at_op = op_extra(c, op.key, /*live=*/false, samples)) {
+      extra = *at_op;
+      held = op_extra(c, op.key, /*live=*/true, samples).value_or(0);
+    }
+    most = std::max(most, static_cast<double>(op.peak) + extra);
+  }
+  const double added = std::ceil(most - static_cast<double>(sim.peak));
+  return std::max<uint64_t>(static_cast<uint64_t>(added), kKernelScalars);
+}
+
 uint64_t Estimator::extra(int64_t chunk) {
   chunk = normalized(chunk);
   const int64_t samples = chunk < 0 ? a_.batch : chunk;
   GraphRecord& r = *record_;
   std::lock_guard<std::mutex> lock(r.mutex);
   uint64_t bytes = 0;
-  if (simulated(chunk, kSimulatedChunks, &bytes)) {
+  if (const Simulated* sim = simulated(chunk, kSimulatedChunks)) {
+    bytes = sim->peak;
     Calibration& c = *r.calibration;
     std::lock_guard<std::mutex> calibration_lock(c.mutex);
     if (!c.done) calibrate(c);
     uint64_t added = c.bytes;
     if (!c.probes.empty()) {
       const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
-      if (samples < smallest) added = calibrate_below(c, samples).value_or(added);
-      if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
+      if (samples < smallest)
+        added = calibrate_below(c, samples).value_or(added);
+      else {
+        if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
+        if (!c.by_op.empty() && !sim->ops.empty()) added = added_op_by_op(c, *sim, samples, added);
+      }
     }
     bytes += added;
   } else {
@@ -384,9 +567,14 @@ std::string Estimator::source() {
     if (!c.probes.empty()) {
       os << ", calibrated by real probes of";
       for (const auto& [samples, d] : c.probes) os << " " << samples;
-      os << " samples (+" << human_bytes(c.bytes);
-      if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
-      os << " beyond the simulation";
+      if (!c.by_op.empty()) {
+        os << " samples op by op (what each op took beyond its simulation, added to that op's; +"
+           << human_bytes(c.bytes) << " at the probes' peaks";
+      } else {
+        os << " samples (+" << human_bytes(c.bytes);
+        if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
+        os << " beyond the simulation";
+      }
       for (const auto& [samples, d] : c.below)
         if (d) os << "; chunks of " << samples << ": probed as the run's, +" << human_bytes(*d) << " instead";
       os << ")";

@@ -6,9 +6,13 @@
 //   - calibrated: plus what real probes (the first chunk of 2 and of 4 samples, gradients
 //     dropped, random state restored, state such as running statistics on copies) took
 //     beyond the simulation of the same chunks: workspaces, reordered weights and im2col
-//     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. The most
-//     the probes showed, and never less than kKernelScalars, is added to every figure, and
-//     for chunks beyond the probes' also the growth from 2 to 4 samples, a sample. A chunk
+//     buffers of backends (oneDNN, cuDNN, cuBLAS) that meta tensors cannot show. On the CPU
+//     it is added op by op: each op of a chunk's simulation gets what the probes took beyond
+//     the simulation at the same op (op_events.h), so a workspace is added where its kernel
+//     runs, not at the peak wherever that lies. Elsewhere (and where the probes' ops are not
+//     their simulation's) the most the probes showed is added to every figure. Never less
+//     than kKernelScalars; for chunks beyond the probes' also the growth from 2 to 4
+//     samples, a sample. A chunk
 //     smaller than the probes (1 sample) gets a probe of its own when a plan first needs
 //     it; that probe holds its gradients at once, so it may overstate what a run of that
 //     chunk takes (it errs high).
@@ -29,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "memory/meta_counter.h"
@@ -79,10 +84,17 @@ class Estimator {
   int64_t normalized(int64_t chunk) const;
   // `as_probe`: the simulation of a probe (gradients computed and dropped, as probe() runs)
   // rather than of a run, so that calibration compares like with like.
-  bool simulated(int64_t chunk, int64_t max_chunks, uint64_t* bytes, bool as_probe = false);
+  // Null when the simulation fails.
+  const Simulated* simulated(int64_t chunk, int64_t max_chunks, bool as_probe = false);
   // How a probe against its simulation went (probe_against_simulation).
   enum class Probed { Measured, NoSimulation, NoRoom, OutOfMemory, Failed };
-  Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why, bool like_a_chunk = false);
+  // `by_op`: what the probe held beyond its simulation op by op, where it ran at least 90%
+  // of the simulation's ops (empty otherwise).
+  Probed probe_against_simulation(int64_t samples, int64_t* difference, std::string* why, bool like_a_chunk = false,
+                                  std::unordered_map<uint64_t, OpExtra>* by_op = nullptr);
+  // What the calibration adds to `sim` op by op (Calibration::by_op); `global`: what it adds
+  // without ops to compare.
+  uint64_t added_op_by_op(const Calibration& c, const Simulated& sim, int64_t samples, uint64_t global);
   void calibrate(Calibration& c);
   // What a chunk smaller than every calibration probe takes beyond its simulation (probed
   // once, when a plan first needs it); nullopt where that is not known.

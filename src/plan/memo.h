@@ -16,11 +16,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/structure_key.h"
 #include "graph/graph.h"
 #include "plan/fastest.h"
+#include "plan/op_events.h"
 #include "run/analysis.h"
 #include "run/grad_starts.h"
 
@@ -29,6 +31,19 @@ namespace koila {
 // The analysis of `root` for `mode` (run/analysis.h), made at its first plan and kept while
 // the root lives (it points at nodes the root owns). Thread-safe.
 const Analysis& analysis_of(const NodePtr& root, RunMode mode);
+
+// Of one top-level op of a probe: what it held beyond its simulation during the op (`peak`)
+// and after it (`live`), in bytes (less than 0: less).
+struct OpExtra {
+  int64_t peak = 0;
+  int64_t live = 0;
+};
+
+// A simulation of a chunk size: its peak (extra bytes) and its ops (op_events.h).
+struct Simulated {
+  uint64_t peak = 0;
+  std::vector<OpPoint> ops;
+};
 
 // What the calibration probes of a structure found. Backend temporaries do not depend on
 // how the leaves' .grad stand, so the records of one structure that differ only there share
@@ -54,20 +69,26 @@ struct Calibration {
   // (at least the kernels' scalars), added instead of `bytes`. Absent: not probed yet (or no room
   // then); nullopt: the probe failed, `bytes` stays.
   std::map<int64_t, std::optional<uint64_t>> below;
+  // Op by op (on the CPU, where every probe ran at least 90% of its simulation's ops, by key):
+  // samples -> op key -> what the probe held beyond the simulation at that op, so that a
+  // chunk's figure adds each op's own to that op's simulated peak, instead of the most any
+  // op showed to the chunk's peak wherever it lies (a kernel's workspace at a small layer
+  // is not added to the largest). Empty: `bytes` and `slope` as above.
+  std::map<int64_t, std::unordered_map<uint64_t, OpExtra>> by_op;
 };
 
 struct GraphRecord {
   // Held while a plan consults or fills the record: plans of one structure on several
   // threads simulate and probe it once.
   std::mutex mutex;
-  std::map<std::pair<int64_t, int64_t>, uint64_t> simulated;  // (chunk, max chunks) -> extra bytes
-  std::string simulation_failure;                             // non-empty: the simulation failed (why)
-  std::shared_ptr<Calibration> calibration;                   // shared with the structure's other .grad states
-  bool probed = false;                                        // the fit done or tried
-  std::string probe_failure;                                  // non-empty: the fit's probes failed (why)
-  std::map<int64_t, uint64_t> probes;                         // the fit's probes: chunk -> measured extra bytes
-  double intercept = 0, slope = 0;                            // the fit: extra = intercept + slope * chunk
-  std::map<int64_t, uint64_t> observed;                       // planned runs: chunk -> most extra bytes measured
+  std::map<std::pair<int64_t, int64_t>, Simulated> simulated;  // (chunk, max chunks) -> what it took
+  std::string simulation_failure;                              // non-empty: the simulation failed (why)
+  std::shared_ptr<Calibration> calibration;                    // shared with the structure's other .grad states
+  bool probed = false;                                         // the fit done or tried
+  std::string probe_failure;                                   // non-empty: the fit's probes failed (why)
+  std::map<int64_t, uint64_t> probes;                          // the fit's probes: chunk -> measured extra bytes
+  double intercept = 0, slope = 0;                             // the fit: extra = intercept + slope * chunk
+  std::map<int64_t, uint64_t> observed;                        // planned runs: chunk -> most extra bytes measured
   ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
 };
 

@@ -1,40 +1,22 @@
 #include "plan/timeline.h"
 
-#include <ATen/record_function.h>
-
 #include <algorithm>
-#include <cstring>
 
 #include "base/error.h"
 #include "memory/meta_counter.h"
 #include "plan/estimate.h"
+#include "plan/op_events.h"
 
 namespace koila {
 namespace {
 
-constexpr const char* kBackwardPrefix = "autograd::engine::evaluate_function: ";
-
-// A C++ autograd function's node is named after its class
-// ("torch::autograd::CppNode<koila::(anonymous namespace)::FusedLinear>"): shown as the
-// class's own name with "Backward" ("FusedLinearBackward"), as LibTorch names its nodes.
-std::string readable(std::string name) {
-  const size_t open = name.find("CppNode<");
-  const size_t close = name.rfind('>');
-  if (open == std::string::npos || close == std::string::npos || close < open) return name;
-  std::string inner = name.substr(open + 8, close - open - 8);
-  const size_t colon = inner.rfind("::");
-  if (colon != std::string::npos) inner = inner.substr(colon + 2);
-  return inner + "Backward";
-}
-
 // The recording on this thread, while record_timeline() simulates.
-struct Recorder : RunObserver {
+struct Recorder : RunObserver, OpListener {
   MetaAllocationScope* scope = nullptr;
   std::vector<at::Tensor> stand_ins;  // the leaves, whose .grad are counted
   Timeline* timeline = nullptr;
   Phase current_phase = Phase::Forward;
   int64_t chunk = 0;
-  int depth = 0;              // observed ops open on this thread (only the outermost makes an event)
   uint64_t grads_before = 0;  // .grad held before the run (not counted by the scope)
 
   // The chunk strategy's marks (the simulation carries the recorder as its observer).
@@ -58,7 +40,10 @@ struct Recorder : RunObserver {
     return held > grads_before ? held - grads_before : 0;
   }
 
-  void event(std::string op, Phase phase_of_op) { push(std::move(op), phase_of_op, scope->take_window()); }
+  bool listening() const override { return scope != nullptr; }
+  void op_ended(std::string op, bool backward) override {
+    push(std::move(op), backward ? Phase::Backward : current_phase, scope->take_window());
+  }
 
   void push(std::string op, Phase phase_of_op, const MetaAllocationScope::Window& w) {
     TimelineEvent e;
@@ -71,51 +56,6 @@ struct Recorder : RunObserver {
     e.grads = grads();
     timeline->events.push_back(std::move(e));
   }
-};
-
-thread_local Recorder* recording_here = nullptr;
-
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction&) {
-  if (recording_here && recording_here->scope) ++recording_here->depth;
-  return nullptr;
-}
-
-void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-  Recorder* r = recording_here;
-  if (!r || !r->scope || --r->depth > 0) return;
-  r->depth = 0;
-  std::string name = fn.name();
-  Phase phase = r->current_phase;
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || name.rfind(kBackwardPrefix, 0) == 0) {
-    phase = Phase::Backward;
-    if (name.rfind(kBackwardPrefix, 0) == 0) name = name.substr(std::strlen(kBackwardPrefix));
-    name = readable(std::move(name));
-  }
-  try {
-    r->event(std::move(name), phase);
-  } catch (...) {
-    // LibTorch only logs what a callback throws; a missing event shows in the totals.
-  }
-}
-
-// Installs the recorder and its callbacks on this thread for its lifetime.
-class Recording {
- public:
-  explicit Recording(Recorder& r) : outer_(recording_here) {
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&on_start, &on_end)
-                                             .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-    recording_here = &r;
-  }
-  ~Recording() {
-    recording_here = outer_;
-    at::removeCallback(handle_);
-  }
-  Recording(const Recording&) = delete;
-  Recording& operator=(const Recording&) = delete;
-
- private:
-  Recorder* outer_;
-  at::CallbackHandle handle_;
 };
 
 }  // namespace
@@ -167,7 +107,6 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
   watch.start = [&r](MetaAllocationScope& scope, const std::vector<at::Tensor>& stand_ins) {
     r.stand_ins = stand_ins;
     r.grads_before = r.grads_held();
-    r.depth = 0;
     scope.record_windows();
     r.scope = &scope;
   };
@@ -178,7 +117,7 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
     r.scope = nullptr;
   };
   try {
-    Recording recording(r);
+    OpRecording recording(r);
     simulate_watched(plan.root, a, plan.mode, split ? plan.chunk : -1, watch);
   } catch (const Error&) {
     throw;
