@@ -201,9 +201,13 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* strategy simulated on meta tensors, nothing computed; calibrated by real probes of     */
 /* the first chunk of 2 and 4 samples (1 or 2 for batches under 8), which catch what      */
 /* backends allocate beyond the simulation (oneDNN, cuDNN, cuBLAS workspaces; at least    */
-/* 64 bytes, for the scalars real kernels wrap into tensors), and, when a plan first      */
-/* needs chunks of one sample, by a probe of one (backends choose other kernels for it;   */
-/* that probe holds its gradients at once, so it errs high). When the                     */
+/* 64 bytes, for the scalars real kernels wrap into tensors). On the CPU that is added op */
+/* by op: each op of the run's simulation gets what the probes took beyond it at the same */
+/* op, so that a workspace counts where its kernel runs; elsewhere the most the probes    */
+/* showed is added at the peak. Chunks of one sample are calibrated by a probe of their   */
+/* own when a plan first needs them (backends choose other kernels for one sample): the   */
+/* run's first two chunks, their gradients added into copies of the parameters as the     */
+/* run adds them into .grad. When the                                                     */
 /* simulation fails (an op without a meta kernel) the figures are measured instead:       */
 /* real probes of 1, 2, 4, ... samples up to a quarter of the batch, and a line none of   */
 /* them exceeds. Probes drop their gradients (.grad never changes), run on copies of      */

@@ -300,6 +300,23 @@ std::unordered_map<uint64_t, OpExtra> extra_by_op(const std::vector<OpPoint>& re
   return by_op;
 }
 
+// What a pass in `chunks` chunks that keeps batch statistics per chunk (batch_stats.h) holds
+// beyond its simulation, which does not keep them: a copy of the running statistics and
+// counters the graph names, the counters once more, and per chunk each batch norm call's
+// mean and inverse standard deviation ([C] each, as the running mean and variance), all of
+// them at the last chunk. Held from the first chunk to the end: added to the peak.
+uint64_t per_chunk_stats_bytes(const Analysis& a, int64_t chunks) {
+  uint64_t statistics = 0, counters = 0;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const Node* node : a.nodes()) {
+    for (const at::Tensor& t : node->stats_buffers)
+      if (seen.insert(t.unsafeGetTensorImpl()).second) statistics += static_cast<uint64_t>(t.nbytes());
+    for (const at::Tensor& t : node->stats_counters)
+      if (seen.insert(t.unsafeGetTensorImpl()).second) counters += static_cast<uint64_t>(t.nbytes());
+  }
+  return statistics + 2 * counters + static_cast<uint64_t>(std::max<int64_t>(chunks, 1)) * statistics;
+}
+
 }  // namespace
 
 Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
@@ -539,6 +556,7 @@ uint64_t Estimator::extra(int64_t chunk) {
     else
       bytes = coarse_estimate(a_, mode_, chunk);
   }
+  if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
   const int64_t key = chunk < 0 ? a_.batch : chunk;
   for (const auto& [c, seen] : r.observed)

@@ -12,10 +12,9 @@
 //     runs, not at the peak wherever that lies. Elsewhere (and where the probes' ops are not
 //     their simulation's) the most the probes showed is added to every figure. Never less
 //     than kKernelScalars; for chunks beyond the probes' also the growth from 2 to 4
-//     samples, a sample. A chunk
-//     smaller than the probes (1 sample) gets a probe of its own when a plan first needs
-//     it; that probe holds its gradients at once, so it may overstate what a run of that
-//     chunk takes (it errs high).
+//     samples, a sample (op by op: each op's own). A chunk smaller than the probes (1
+//     sample) gets a probe of its own when a plan first needs it: the run's first two
+//     chunks, gradients added into copies of the leaves as the run adds them into .grad.
 //   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
 //     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
 //     the largest two, raised until no probe exceeds it.
@@ -62,6 +61,11 @@ class Estimator {
   // (with the margin) are put off to a later plan: a plan that refuses runs nothing.
   void set_room(uint64_t bytes) { room_ = bytes; }
 
+  // How batch norm in training will treat its statistics (koila_set_batch_stats): a pass
+  // in chunks that keeps them per chunk holds them from chunk to chunk (batch_stats.h), which
+  // extra() adds.
+  void set_batch_stats(koila_batch_stats policy) { batch_stats_ = policy; }
+
   // Estimated extra bytes of a run in chunks of `chunk` samples (-1: unsplit).
   uint64_t extra(int64_t chunk);
 
@@ -107,6 +111,7 @@ class Estimator {
   GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
+  koila_batch_stats batch_stats_ = KOILA_BATCH_STATS_EXACT;
 };
 
 // The simulation behind the figures of a chunk size (-1: unsplit), run again with `watch`

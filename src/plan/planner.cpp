@@ -125,6 +125,7 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
   estimator.set_room(room_left(p));
   p.batch = a.batch;
   p.batch_stats = batch_stats();
+  estimator.set_batch_stats(p.batch_stats);
   p.chunking = chunking();
   p.coupled = coupling(a, p.batch_stats);
   p.unsplit_extra_bytes = estimator.extra(-1);
@@ -330,7 +331,9 @@ Plan make_plan(const NodePtr& root, RunMode mode) {
 
 uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk) {
   if (!root->lazy()) return 0;
-  return Estimator(root, analysis_of(root, mode), mode).extra(chunk);
+  Estimator estimator(root, analysis_of(root, mode), mode);
+  estimator.set_batch_stats(batch_stats());  // as a plan made now estimates
+  return estimator.extra(chunk);
 }
 
 at::Tensor run_forward(const NodePtr& root, Plan* used) {

@@ -61,7 +61,7 @@ struct Plan {
 Plan make_plan(const NodePtr& root, RunMode mode);
 
 // Estimated bytes beyond current usage of running `root` in `mode` with chunks of `chunk`
-// samples (-1: unsplit). Exposed for tests and benchmarks.
+// samples (-1: unsplit), as a plan made now estimates them. Exposed for tests and benchmarks.
 uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk);
 
 // The value of `root` (lazy or not), planned and chunked; retries with half the chunk when

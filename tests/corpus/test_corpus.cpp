@@ -350,6 +350,11 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   ASSERT_EQ(r.chunk, chunk) << "the reference was computed in chunks of " << chunk << "\n" << r.description;
   EXPECT_NE(r.description.find("Batch statistics: per chunk"), std::string::npos) << r.description;
   EXPECT_LE(r.peak, budget) << "the run went " << r.peak - budget << " B over its budget\n" << r.description;
+  // What the pass keeps per chunk (each batch norm's mean and inverse standard deviation of
+  // every chunk, until the one update) is counted: without it the forward reads were 7-17%
+  // short (mobilenet_v3_small: 48 KiB a chunk).
+  expect_within_margin(r);
+  EXPECT_GE(r.error(), -0.03) << r.description;
   expect_as_accurate_as_pytorch(c, g, ref, r, extras.errors);
 
   // One update of the running statistics, with the whole batch's.

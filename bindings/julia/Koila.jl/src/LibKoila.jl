@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: c31b358e6d3cbc06dd539391d5bb231a264b2af7f5dd578718053309a2b62816
+# Header sha256: 692081899bd6481f889adb0c55a578d60897801148fcab5368093908f95c8954
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
