@@ -130,6 +130,19 @@ void run_mode(const NodePtr& root, const Analysis& a, RunMode mode, const ChunkR
   }
 }
 
+// run_mode with its ops noted in `ops` (OpPoints), the bytes held taken from `take`; `ops`
+// left empty where `take` could not say.
+void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun run, std::vector<OpPoint>& ops,
+                  OpPoints::Take take) {
+  OpPoints points(ops, std::move(take));
+  run.observer = &points;
+  {
+    OpRecording recording(points);
+    run_mode(root, a, mode, run);
+  }
+  if (!points.complete()) ops.clear();
+}
+
 // `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
 // dropped instead of added into .grad.
 // `ops`: its ops (OpPoints) are noted there (not with a watch).
@@ -152,22 +165,18 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   MetaAllocationScope scope;
   const SimulatedDevice simulated(canonical_device(root->meta.device));  // its kernels' paths (rnn_meta.h)
   if (watch) watch->start(scope, stand_ins);
-  std::optional<OpPoints> points;
-  std::optional<OpRecording> recording;
+  // Gradients go into the stand-ins' .grad, as they would into the real ones.
   if (ops && !watch) {
     scope.record_windows();
-    points.emplace(*ops, [&scope](uint64_t* live, uint64_t* peak) {
+    run_followed(root, a, mode, run, *ops, [&scope](uint64_t* live, uint64_t* peak) {
       const MetaAllocationScope::Window w = scope.take_window();
       *live = w.live;
       *peak = w.peak;
       return true;
     });
-    run.observer = &*points;
-    recording.emplace(*points);
+  } else {
+    run_mode(root, a, mode, run);
   }
-  run_mode(root, a, mode, run);  // gradients go into the stand-ins' .grad, as they would into the real ones
-  recording.reset();
-  if (points && !points->complete()) ops->clear();
   if (watch) watch->end(scope);
   return scope.peak();
 }
@@ -224,22 +233,18 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
     return found != copies.end() ? found->second : node.value;
   };
   RunMemory usage(device);
-  std::optional<OpPoints> points;
-  std::optional<OpRecording> recording;
   if (ops && usage.take_window()) {
-    points.emplace(*ops, [&usage](uint64_t* live, uint64_t* peak) {
+    run_followed(root, a, mode, run, *ops, [&usage](uint64_t* live, uint64_t* peak) {
       const std::optional<RunMemory::Window> w = usage.take_window();
       if (!w) return false;
       *live = w->live;
       *peak = w->peak;
       return true;
     });
-    run.observer = &*points;
-    recording.emplace(*points);
+  } else {
+    run_mode(root, a, mode, run);
+    if (ops) ops->clear();
   }
-  run_mode(root, a, mode, run);
-  recording.reset();
-  if (ops && (!points || !points->complete())) ops->clear();
   return usage.peak();
 }
 
@@ -474,36 +479,28 @@ std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t sampl
 
 namespace {
 
-// `most` of the probes' figures `seen` (samples, bytes; by samples), and beyond the largest
-// probe the growth from the smaller to the larger a sample; a chunk of a probe's size, that
-// probe's own figure. At least 0.
-std::optional<double> grown(std::optional<double> most, const std::vector<std::pair<int64_t, double>>& seen,
-                            int64_t samples) {
-  if (!most) return std::nullopt;
-  for (const auto& [n, v] : seen)
-    if (n == samples) return std::max(0.0, v);  // a chunk of a probe's size: what that probe took
-  if (seen.size() >= 2 && samples > seen.back().first) {
-    const auto &hi = seen.back(), &lo = seen[seen.size() - 2];
-    *most += std::max(0.0, (hi.second - lo.second) / static_cast<double>(hi.first - lo.first)) *
-             static_cast<double>(samples - hi.first);
-  }
-  return std::max(0.0, *most);
-}
-
 // What the probes held beyond their simulations at the op `key` (during it, or after it:
-// `live`), for a chunk of `samples`: the most of the probes, and beyond the largest the
-// growth from the smaller to the larger a sample. nullopt: no probe ran that op.
+// `live`), for a chunk of `samples`: a chunk of a probe's size, what that probe took; else
+// the most of the probes, and beyond the largest the growth from the smaller to the larger
+// a sample. At least 0; nullopt: no probe ran that op.
 std::optional<double> op_extra(const Calibration& c, uint64_t key, bool live, int64_t samples) {
-  std::optional<double> most;
-  std::vector<std::pair<int64_t, double>> seen;
+  std::vector<std::pair<int64_t, double>> seen;  // by samples
   for (const auto& [n, ops] : c.by_op) {
     const auto found = ops.find(key);
     if (found == ops.end()) continue;
     const double v = static_cast<double>(live ? found->second.live : found->second.peak);
+    if (n == samples) return std::max(0.0, v);
     seen.emplace_back(n, v);
-    most = most ? std::max(*most, v) : v;
   }
-  return grown(most, seen, samples);
+  if (seen.empty()) return std::nullopt;
+  double most = seen.front().second;
+  for (const auto& [n, v] : seen) most = std::max(most, v);
+  if (seen.size() >= 2 && samples > seen.back().first) {
+    const auto &hi = seen.back(), &lo = seen[seen.size() - 2];
+    most += std::max(0.0, (hi.second - lo.second) / static_cast<double>(hi.first - lo.first)) *
+            static_cast<double>(samples - hi.first);
+  }
+  return std::max(0.0, most);
 }
 
 }  // namespace
@@ -545,7 +542,12 @@ uint64_t Estimator::extra(int64_t chunk) {
         added = calibrate_below(c, samples).value_or(added);
       else {
         if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
-        if (!c.by_op.empty() && !sim->ops.empty()) added = added_op_by_op(c, *sim, samples, added);
+        if (!c.by_op.empty() && !sim->ops.empty()) {
+          // The calibration is final once it has ops (calibrate): computed once per chunk size,
+          // not at every plan (a plan of every step walks no ops).
+          if (!sim->added_op_by_op) sim->added_op_by_op = added_op_by_op(c, *sim, samples, added);
+          added = *sim->added_op_by_op;
+        }
       }
     }
     bytes += added;

@@ -43,6 +43,8 @@ struct OpExtra {
 struct Simulated {
   uint64_t peak = 0;
   std::vector<OpPoint> ops;
+  // What the calibration adds to it op by op (Estimator), once computed.
+  mutable std::optional<uint64_t> added_op_by_op;
 };
 
 // What the calibration probes of a structure found. Backend temporaries do not depend on
