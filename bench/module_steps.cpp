@@ -14,7 +14,9 @@
 // first lazy and eager steps of each model are shown apart: the first lazy step infers the
 // call, simulates and probes the structure; "again" is the median of three more first lazy
 // steps, each on the module loaded anew with every graph record forgotten, once LibTorch's
-// own first calls are behind. "of which building" is the median time of the
+// own first calls are behind; "ops not followed" the same, taking turns with them, without
+// following the calibration's ops (the calibration added at the peak, as before issue 28's
+// op-by-op calibration): what following costs a first plan. "of which building" is the median time of the
 // lazy step's koila_module_forward and koila_cross_entropy calls. Step times are medians;
 // "lazy / eager" is the median, and in brackets the quartiles, of the ratios of each lazy
 // step to the eager step right after it (so that the machine's drift touches both alike);
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "corpus.h"
+#include "plan/estimate.h"
 #include "plan/memo.h"
 #include "small_op_graph.h"
 
@@ -135,7 +138,8 @@ double timed(F&& f) {
 
 struct Row {
   double first_lazy = 0, first_eager = 0;
-  std::vector<double> firsts;  // first lazy steps again: a module loaded anew, every record forgotten
+  std::vector<double> firsts;      // first lazy steps again: a module loaded anew, every record forgotten
+  std::vector<double> unfollowed;  // the same with the calibration's ops not followed
   std::vector<double> lazy, eager, plain, building;
 };
 
@@ -159,12 +163,12 @@ void print_row(const std::string& what, int64_t batch, const Row& r) {
   char building[32] = "–";
   if (!r.building.empty()) std::snprintf(building, sizeof building, "%.2f ms", median(r.building) * 1e3);
   std::printf(
-      "| %s | %lld | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %s | %.2f ms | **%.3f** (%.3f-%.3f) | %+.0f us | %zu | "
-      "%.2f "
-      "ms | %.3f |\n",
+      "| %s | %lld | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %s | %.2f ms | **%.3f** (%.3f-%.3f) | %+.0f us "
+      "| "
+      "%zu | %.2f ms | %.3f |\n",
       what.c_str(), static_cast<long long>(batch), r.first_lazy * 1e3, r.first_eager * 1e3, median(r.firsts) * 1e3,
-      lazy * 1e3, building, eager * 1e3, median(ratios), quantile(ratios, 0.25), quantile(ratios, 0.75),
-      (lazy - eager) * 1e6, r.lazy.size(), plain * 1e3, median(plain_ratios));
+      median(r.unfollowed) * 1e3, lazy * 1e3, building, eager * 1e3, median(ratios), quantile(ratios, 0.25),
+      quantile(ratios, 0.75), (lazy - eager) * 1e6, r.lazy.size(), plain * 1e3, median(plain_ratios));
 }
 
 }  // namespace
@@ -192,9 +196,10 @@ int main(int argc, char** argv) {
   try {
     std::printf("## Training step through a module, lazy against eager (%s, %d repeats)\n\n", device.c_str(), repeats);
     std::printf(
-        "| model (module mode) | batch | first lazy step | first eager step | first lazy step again | lazy step | of "
-        "which building | eager step | lazy / eager | lazy - eager | steps | LibTorch step | lazy / LibTorch |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| model (module mode) | batch | first lazy step | first eager step | first lazy step again | ops not followed "
+        "| lazy step | "
+        "of which building | eager step | lazy / eager | lazy - eager | steps | LibTorch step | lazy / LibTorch |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Entry& e : entries) {
       if (!only.empty() && e.name != only) continue;
       for (const std::string& mode : e.modes) {
@@ -215,12 +220,15 @@ int main(int argc, char** argv) {
         r.first_lazy = timed([&] { m.step(true); });
         // A structure's first lazy step again, on the same module loaded anew (nothing
         // inferred) with every graph record forgotten (nothing simulated or probed), once
-        // LibTorch's own first calls are behind: median of 3.
-        for (int i = 0; i < 3; ++i) {
-          Model fresh(dir, e.name, mode, ref, device);
-          koila::testing::forget_graph_records();
-          r.firsts.push_back(timed([&] { fresh.step(true); }));
-        }
+        // LibTorch's own first calls are behind: median of 3. Taking turns with the same
+        // without following the calibration's ops (koila::testing::set_ops_followed).
+        for (int i = 0; i < 3; ++i)
+          for (bool followed : {true, false}) {
+            koila::testing::set_ops_followed(followed);  // (forgets every graph record)
+            Model fresh(dir, e.name, mode, ref, device);
+            (followed ? r.firsts : r.unfollowed).push_back(timed([&] { fresh.step(true); }));
+          }
+        koila::testing::set_ops_followed(true);
         double warm = 0;
         for (int i = 0; i < 2; ++i) {
           m.step(true);
@@ -254,10 +262,12 @@ int main(int argc, char** argv) {
       };
       r.first_lazy = timed(lazy_step);
       r.first_eager = timed(eager_step);
-      for (int i = 0; i < 3; ++i) {
-        koila::testing::forget_graph_records();
-        r.firsts.push_back(timed(lazy_step));
-      }
+      for (int i = 0; i < 3; ++i)
+        for (bool followed : {true, false}) {
+          koila::testing::set_ops_followed(followed);
+          (followed ? r.firsts : r.unfollowed).push_back(timed(lazy_step));
+        }
+      koila::testing::set_ops_followed(true);
       for (int i = 0; i < 2; ++i) {
         lazy_step();
         eager_step();

@@ -6,6 +6,9 @@
 //   first plan again  the same, on graphs built anew after every structure record was
 //                  forgotten (KOILA_BENCH_FIRSTS times, default 5; median): a first plan
 //                  once LibTorch's own first calls of each op are behind it;
+//   ops not followed  the same, taking turns with it, without following the calibration's
+//                  ops (koila::testing::set_ops_followed; the calibration added at the peak):
+//                  what following them costs a first plan;
 //   rebuilt plan   koila_plan_new on a graph built again the same way (every training step
 //                  builds its graph anew): the structure's record is found, nothing is
 //                  simulated or probed;
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "plan/estimate.h"
 #include "plan/memo.h"
 #include "run/fused_grads.h"
 #include "small_op_graph.h"
@@ -109,15 +113,16 @@ int main(int argc, char** argv) {
   const double first_plan = plan_seconds(first.get());
   // The first plan again, on graphs built anew with every record forgotten: what a first
   // plan costs once LibTorch's own first calls are behind it.
-  std::vector<double> firsts;
+  std::vector<double> firsts, unfollowed;
   const char* firsts_env = std::getenv("KOILA_BENCH_FIRSTS");
   const int first_repeats = firsts_env ? std::atoi(firsts_env) : 5;
-  for (int i = 0; i < first_repeats; ++i) {
-    koila::testing::forget_graph_records();
-    Handle again = net.lazy_loss(xs);
-    firsts.push_back(plan_seconds(again.get()));
-  }
-  koila::testing::forget_graph_records();
+  for (int i = 0; i < first_repeats; ++i)
+    for (bool followed : {true, false}) {
+      koila::testing::set_ops_followed(followed);  // (forgets every graph record)
+      Handle again = net.lazy_loss(xs);
+      (followed ? firsts : unfollowed).push_back(plan_seconds(again.get()));
+    }
+  koila::testing::set_ops_followed(true);
   std::vector<double> rebuilt;
   for (int i = 0; i < repeats; ++i) {
     Handle again = net.lazy_loss(xs);
@@ -127,14 +132,17 @@ int main(int argc, char** argv) {
   const auto times = bench::median_times(repeats, {lazy_step, [&] { Handle loss = net.lazy_loss(xs); }, eager_step});
 
   std::printf(
-      "| graph | .grad between steps | first plan | first plan again (median) | rebuilt plan (median) | lazy step | of "
+      "| graph | .grad between steps | first plan | first plan again (median) | ops not followed (median) | rebuilt "
+      "plan (median) | lazy step | of "
       "which building | eager step | lazy / eager |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::printf(
-      "| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.1f ms | %.2f ms | %.1f ms | %.1f ms | "
+      "| %d x (linear + tanh), batch %d, width %d (%d nodes) | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %.1f ms | "
+      "%.1f ms | "
       "%.1f ms | %.3f |\n",
       SmallOpGraph::kLayers, SmallOpGraph::kBatch, width, 2 * SmallOpGraph::kLayers + 1,
       zero_in_place ? "zeroed" : "absent", first_plan * 1e3, firsts.empty() ? 0.0 : bench::median(firsts) * 1e3,
-      bench::median(rebuilt) * 1e3, times[0] * 1e3, times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
+      unfollowed.empty() ? 0.0 : bench::median(unfollowed) * 1e3, bench::median(rebuilt) * 1e3, times[0] * 1e3,
+      times[1] * 1e3, times[2] * 1e3, times[0] / times[2]);
   return 0;
 }

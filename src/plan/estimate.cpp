@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,6 +27,7 @@ namespace koila {
 namespace {
 
 std::atomic<bool> simulation_fails{false};
+std::atomic<bool> ops_followed{true};  // testing::set_ops_followed
 std::atomic<uint64_t> probe_count{0};
 std::atomic<uint64_t> simulation_count{0};
 std::atomic<double> estimate_scale{1.0};
@@ -82,9 +84,10 @@ struct MetaLeaves {
 // The family an op is keyed by (OpPoint): the backward of koila's fused linear layers and
 // convolutions (fused_grads.cpp, which probes do not fuse) is keyed as LibTorch's, one for
 // one: a chunk's k-th convolution backward is the probe's k-th.
-std::string family(const std::string& name) {
-  if (name.rfind("FusedLinear", 0) == 0 || name == "AddmmBackward0" || name == "MmBackward0") return "linear";
-  if (name.rfind("FusedConvolution", 0) == 0 || name == "ConvolutionBackward0") return "convolution";
+std::string_view family(std::string_view name) {
+  const auto starts = [name](std::string_view prefix) { return name.substr(0, prefix.size()) == prefix; };
+  if (starts("FusedLinear") || name == "AddmmBackward0" || name == "MmBackward0") return "linear";
+  if (starts("FusedConvolution") || name == "ConvolutionBackward0") return "convolution";
   return name;
 }
 
@@ -97,15 +100,38 @@ class OpPoints : public RunObserver, public OpListener {
 
   bool complete() const { return complete_; }
 
-  void chunk_started(int64_t) override { seen_.clear(); }
-  void phase(Phase next) override { phase_ = next; }
-  bool listening() const override { return true; }
-  void op_ended(std::string name, bool backward) override {
-    const uint64_t kind = std::hash<std::string>{}(family(name)) * 2 + (backward || phase_ == Phase::Backward ? 1 : 0);
+  // Follows the forwards' ops through `recording` (null: none now), the backwards' through
+  // BackwardOps: autograd's engine pays for a RecordFunction callback at every function
+  // (OpRecording::pause). The 1001-node graph's first plan took 87 ms without following,
+  // 130 ms with every phase through RecordFunction.
+  void follow_with(OpRecording* recording) { recording_ = recording; }
+  // The run ended: its last backward function too.
+  void finish() { backward_.finish(); }
+
+  void chunk_started(int64_t) override {
+    forward();
+    seen_.clear();
+  }
+  void phase(Phase next) override {
+    phase_ = next;
+    if (next == Phase::Forward) {
+      forward();
+    } else if (recording_ && !paused_) {
+      recording_->pause();
+      paused_ = true;
+    }
+  }
+  void backward_from(const std::vector<at::Tensor>& outputs) override { backward_.start(outputs); }
+  bool listening() const override { return !paused_; }
+  void op_ended(std::string_view name, std::string_view suffix, bool backward) override {
+    const std::string_view f = family(name);
+    uint64_t named = std::hash<std::string_view>{}(f);
+    if (f.data() == name.data()) named = named * 31 + std::hash<std::string_view>{}(suffix);  // (not a family's)
+    const uint64_t kind = named * 2 + (backward || phase_ == Phase::Backward ? 1 : 0);
     const uint64_t before = seen_[kind]++;
     OpPoint p;
     p.key = kind ^ (before * 0x9e3779b97f4a7c15ULL + (kind << 6) + (kind >> 2));
-    p.accumulates = name.find("AccumulateGrad") != std::string::npos;
+    p.accumulates = name.find("AccumulateGrad") != std::string_view::npos;
     if (!take_(&p.live, &p.peak)) {
       complete_ = false;
       return;
@@ -117,8 +143,18 @@ class OpPoints : public RunObserver, public OpListener {
   std::vector<OpPoint>& points_;
   Take take_;
   Phase phase_ = Phase::Forward;
+  // A forward follows: the backward before it ended.
+  void forward() {
+    backward_.finish();
+    if (recording_ && paused_) recording_->resume();
+    paused_ = false;
+  }
+
   std::unordered_map<uint64_t, uint64_t> seen_;  // ops of each kind so far in the chunk
   bool complete_ = true;
+  OpRecording* recording_ = nullptr;
+  bool paused_ = false;  // in a backward: RecordFunction's ops not told
+  BackwardOps backward_{*this};
 };
 
 void run_mode(const NodePtr& root, const Analysis& a, RunMode mode, const ChunkRun& run) {
@@ -138,7 +174,10 @@ void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun
   run.observer = &points;
   {
     OpRecording recording(points);
+    points.follow_with(&recording);
     run_mode(root, a, mode, run);
+    points.finish();
+    points.follow_with(nullptr);
   }
   if (!points.complete()) ops.clear();
 }
@@ -338,7 +377,10 @@ const Simulated* Estimator::simulated(int64_t chunk, int64_t max_chunks, bool as
   if (found == r.simulated.end()) {
     try {
       Simulated sim;
-      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, &sim.ops);
+      // Ops followed on the CPU only: a device's probes cannot be (probe()), so their
+      // simulations' ops would be recorded for nothing.
+      const bool follow = ops_followed.load() && canonical_device(root_->meta.device).is_cpu();
+      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, follow ? &sim.ops : nullptr);
       found = r.simulated.emplace(key, std::move(sim)).first;
     } catch (...) {
       r.simulation_failure = reason(std::current_exception());
@@ -360,7 +402,8 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
   if (static_cast<double>(sim->peak) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
   try {
     std::vector<OpPoint> ops;
-    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, by_op ? &ops : nullptr);
+    const bool follow = by_op && !sim->ops.empty();  // (nothing to compare with otherwise)
+    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr);
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
     if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
@@ -629,6 +672,11 @@ void set_simulation_fails(bool fails) {
   simulation_fails.store(fails);
   forget_graph_records();  // what was simulated (or failed to be) before no longer holds
 }
+void set_ops_followed(bool followed) {
+  ops_followed.store(followed);
+  forget_graph_records();  // what was simulated with (or without) its ops no longer holds
+}
+
 uint64_t probes_run() { return probe_count.load(); }
 uint64_t simulations_run() { return simulation_count.load(); }
 void set_estimate_scale(double scale) { estimate_scale.store(scale); }

@@ -132,6 +132,10 @@ namespace testing {
 void set_estimate_scale(double scale);
 // Makes the simulation fail, as it would for an op without meta kernels.
 void set_simulation_fails(bool fails);
+// Whether simulations and probes are followed op by op on the CPU (the calibration added op
+// by op, Estimator::added_op_by_op); true by default. False: the calibration is added at the
+// peak, as before op following; to compare what following costs a first plan in one binary.
+void set_ops_followed(bool followed);
 // Real probes and simulations run so far (all graphs).
 uint64_t probes_run();
 uint64_t simulations_run();

@@ -2,11 +2,22 @@
 // the autograd functions of a backward (LibTorch's RecordFunction, thread-local callbacks),
 // each told to a listener once with a readable name ("aten::conv2d",
 // "ConvolutionBackward0"). Ops that run inside another are part of it. The memory timeline
-// (timeline.h) and the calibration op by op (estimate.cpp) both follow runs so.
+// (timeline.h) follows runs so; the calibration op by op (estimate.cpp) follows forwards so
+// and backwards through hooks on their autograd functions (BackwardOps), which cost a first
+// plan far less.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace koila {
 
@@ -29,8 +40,10 @@ class OpListener {
   virtual ~OpListener() = default;
   // Whether ops are followed now (ops that start while not are not told).
   virtual bool listening() const = 0;
-  // A top-level op ended; `backward`: it is an autograd function of a backward.
-  virtual void op_ended(std::string name, bool backward) = 0;
+  // A top-level op ended, named `name` followed by `suffix` (koila's own autograd functions:
+  // "FusedLinear" and "Backward"; otherwise empty), views valid during the call;
+  // `backward`: it is an autograd function of a backward.
+  virtual void op_ended(std::string_view name, std::string_view suffix, bool backward) = 0;
 };
 
 // Tells `listener` of this thread's top-level ops while it lives. Nests (the inner recording
@@ -43,6 +56,14 @@ class OpRecording {
   OpRecording(const OpRecording&) = delete;
   OpRecording& operator=(const OpRecording&) = delete;
 
+  // Stops following until resume(), between ops (a backward followed by BackwardOps
+  // instead): while a thread-local callback exists, autograd's engine rebuilds LibTorch's
+  // callback lists for every function it runs, and LibTorch records every op nested in
+  // one. An inner recording's callbacks are its outer one's: they stay, and only the
+  // listener's listening() keeps it from being told.
+  void pause();
+  void resume();
+
   struct State {
     OpListener* listener = nullptr;
     int depth = 0;  // ops open on this thread (only the outermost is told)
@@ -51,7 +72,42 @@ class OpRecording {
  private:
   State state_;
   State* outer_;
-  uint64_t handle_ = 0;  // the callbacks' (0: the outer recording's serve)
+  uint64_t handle_ = 0;  // the callbacks' (0: the outer recording's serve, or paused)
+  bool paused_ = false;
+};
+
+// Follows the autograd functions of a backward without RecordFunction: a hook before each
+// function that the backward from `outputs` can reach tells `listener` that the function
+// before it ended (op_ended, `backward` true, named as LibTorch names it); the last is told
+// by finish(). What happens between two functions (the engine's additions of their
+// gradients) is part of the earlier one, as with RecordFunction. The hooks are removed at
+// finish() (and at destruction, where nothing is told): the leaves' AccumulateGrad
+// functions outlive a run. Functions on autograd's device threads are told on those
+// threads: for the CPU only.
+class BackwardOps {
+ public:
+  explicit BackwardOps(OpListener& listener);
+  ~BackwardOps();
+  BackwardOps(const BackwardOps&) = delete;
+  BackwardOps& operator=(const BackwardOps&) = delete;
+
+  // Hooks every function the backward from `outputs` can reach (finishing the backward
+  // before, if any).
+  void start(const std::vector<at::Tensor>& outputs);
+  // The last function that ran ended; the hooks are removed.
+  void finish();
+
+  // From the hooks: `function` is about to run.
+  void function_starts(const torch::autograd::Node& function);
+
+ private:
+  void end_running();  // tells the function running that it ended
+  void remove_hooks();
+
+  OpListener& listener_;
+  struct Hooked;  // the functions hooked (weak references)
+  std::unique_ptr<Hooked> hooked_;
+  std::string running_;  // the function running (its name; empty: none)
 };
 
 }  // namespace koila

@@ -41,7 +41,9 @@ struct Recorder : RunObserver, OpListener {
   }
 
   bool listening() const override { return scope != nullptr; }
-  void op_ended(std::string op, bool backward) override {
+  void op_ended(std::string_view name, std::string_view suffix, bool backward) override {
+    std::string op(name);
+    op += suffix;
     push(std::move(op), backward ? Phase::Backward : current_phase, scope->take_window());
   }
 

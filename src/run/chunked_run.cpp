@@ -46,6 +46,13 @@ void mark_phase(const ChunkRun& run, Phase phase) {
   if (run.observer) run.observer->phase(phase);
 }
 
+// The backward from `outputs` runs next.
+void mark_backward(const ChunkRun& run, const Tensors& outputs) {
+  if (!run.observer) return;
+  run.observer->phase(Phase::Backward);
+  run.observer->backward_from(outputs);
+}
+
 // How this run treats the running statistics of batch norm in training (batch_stats.h):
 // real committed runs of graphs that have it restore them when they fail, and observe each
 // chunk's own under KOILA_BATCH_STATS_PER_CHUNK (see ChunkRun::per_chunk_stats).
@@ -382,7 +389,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     }
     if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
     if (leaves.empty()) no_leaves();
-    mark_phase(run, Phase::Backward);
+    mark_backward(run, {value});
     const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, counts.counts) : LossReduction{};
     std::vector<GradStart> starts;  // read once (a zero .grad is found by reading it whole)
     if (run.commit)
@@ -437,7 +444,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     at::Tensor value = evaluate(root, tail);
     if (!value.requires_grad()) no_leaves();
     const Tensors leaves = autograd_leaves({value});
-    mark_phase(run, Phase::Backward);
+    mark_backward(run, {value});
     const Tensors grads = gradients({value}, {}, leaves, retain);
     Tensors params, param_grads;
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -502,7 +509,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
       for (const at::Tensor& leaf : autograd_leaves(values))
         if (known.insert(leaf.unsafeGetTensorImpl()).second) leaves.push_back(leaf);
     }
-    mark_phase(run, Phase::Backward);
+    mark_backward(run, values);
     target.backward(values, grad_outputs, leaves, retain);
   });
   const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, weights_total) : LossReduction{};

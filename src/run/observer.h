@@ -5,7 +5,10 @@
 // completed chunks. Every method does nothing unless overridden.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <vector>
 
 namespace koila {
 
@@ -18,6 +21,9 @@ class RunObserver {
   virtual void chunk_started(int64_t /*index*/) {}
   // What runs next on this thread is the forward or the backward of the current chunk.
   virtual void phase(Phase /*phase*/) {}
+  // The current chunk's backward starts from `outputs` (the roots autograd is given), right
+  // after phase(Phase::Backward).
+  virtual void backward_from(const std::vector<at::Tensor>& /*outputs*/) {}
   // A pass ("forward": one that combines values; "backward": the loop of a backward) has
   // completed `done` of its `total` chunks; an unsplit run is one chunk.
   virtual void chunk_done(const char* /*pass*/, int64_t /*done*/, int64_t /*total*/) {}
