@@ -203,8 +203,10 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* backends allocate beyond the simulation (oneDNN, cuDNN, cuBLAS workspaces; at least    */
 /* 64 bytes, for the scalars real kernels wrap into tensors). On the CPU that is added op */
 /* by op: each op of the run's simulation gets what the probes took beyond it at the same */
-/* op, so that a workspace counts where its kernel runs; elsewhere the most the probes    */
-/* showed is added at the peak. Chunks of one sample are calibrated by a probe of their   */
+/* op, so that a workspace counts where its kernel runs. Elsewhere (other devices; runs   */
+/* whose ops the probes' do not match) it is added at the peak: for a chunk of a probe's  */
+/* size what that probe showed, for others the most the probes showed, and beyond the     */
+/* largest its growth a sample. Chunks of one sample are calibrated by a probe of their   */
 /* own when a plan first needs them (backends choose other kernels for one sample): the   */
 /* run's first two chunks, their gradients added into copies of the parameters as the     */
 /* run adds them into .grad. When the                                                     */

@@ -584,7 +584,11 @@ uint64_t Estimator::extra(int64_t chunk) {
       if (samples < smallest)
         added = calibrate_below(c, samples).value_or(added);
       else {
-        if (samples > largest) added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
+        const auto same = c.probes.find(samples);
+        if (same != c.probes.end())  // a chunk of a probe's size: what that probe took, not the larger's
+          added = std::max<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(same->second, 0)), kKernelScalars);
+        else if (samples > largest)
+          added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
         if (!c.by_op.empty() && !sim->ops.empty()) {
           // The calibration is final once it has ops (calibrate): computed once per chunk size,
           // not at every plan (a plan of every step walks no ops).

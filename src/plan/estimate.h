@@ -10,7 +10,8 @@
 //     it is added op by op: each op of a chunk's simulation gets what the probes took beyond
 //     the simulation at the same op (op_events.h), so a workspace is added where its kernel
 //     runs, not at the peak wherever that lies. Elsewhere (and where the probes' ops are not
-//     their simulation's) the most the probes showed is added to every figure. Never less
+//     their simulation's) it is added at the peak: for a chunk of a probe's size what that
+//     probe showed, for others the most the probes showed. Never less
 //     than kKernelScalars; for chunks beyond the probes' also the growth from 2 to 4
 //     samples, a sample (op by op: each op's own). A chunk smaller than the probes (1
 //     sample) gets a probe of its own when a plan first needs it: the run's first two

@@ -58,9 +58,11 @@ struct Calibration {
   std::string failure;  // non-empty: the probe failed (why)
   // Samples -> bytes the probe took beyond the simulation (or less).
   std::map<int64_t, int64_t> probes;
-  // What is added to a simulated figure for a chunk c: `bytes`, and `slope` bytes a sample
-  // beyond the largest probe (temporaries that grow with the chunk, such as im2col buffers
-  // of convolutions oneDNN does not take).
+  // What is added to a simulated figure for a chunk c: `bytes` (the most of the probes), and
+  // `slope` bytes a sample beyond the largest probe (temporaries that grow with the chunk,
+  // such as im2col buffers of convolutions oneDNN does not take); for a chunk of a probe's
+  // size, what that probe took instead (at least the kernels' scalars): the larger probe's
+  // workspaces are not a smaller chunk's (oneDNN's LSTM on LibTorch 2.x, +29% in chunks of 2).
   uint64_t bytes = 0;
   double slope = 0;
   // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:

@@ -120,6 +120,20 @@ void expect_within_margin(const RunResult& r) {
       << r.description;
 }
 
+// Issue 28's target, either way: the estimate within 10% of the measured peak, or within
+// 64 KiB of it (the kernels' scalars and the allocator's rounding on the smallest models).
+// The oneDNN LSTM's training in chunks of 2 on LibTorch 2.x was +29% (0.43 against 0.33
+// MiB) while a chunk of a probe's size took the larger probe's extra.
+constexpr double kTarget = 0.10;
+constexpr double kTargetBytes = 64 * 1024;
+void expect_within_target(const RunResult& r) {
+  const double off = std::abs(double(r.estimate) - double(r.measured));
+  EXPECT_TRUE(off <= kTarget * double(r.measured) || off <= kTargetBytes)
+      << "estimate " << r.estimate << " B against " << r.measured << " B measured (" << 100 * r.error()
+      << "%): beyond 10% and 64 KiB\n"
+      << r.description;
+}
+
 // The run's results against PyTorch's: the logits (forward) or every parameter's gradient
 // and the loss (training).
 void expect_results(const Case& c, const Graph& g, const Reference& ref, const RunResult& r, const char* what) {
@@ -172,6 +186,7 @@ TEST_P(Corpus, Unsplit) {
   ASSERT_TRUE(r.ran.ok()) << r.ran.message;
   EXPECT_EQ(r.chunks, 1) << r.description;
   expect_within_margin(r);
+  expect_within_target(r);
   expect_results(c, *graph_, ref_, r, "unsplit");
   if (c.mode == KOILA_MODE_TRAINING) {
     double loss = 0;
@@ -212,6 +227,7 @@ TEST_P(Corpus, ForcedSplit) {
   ASSERT_TRUE(r.ran.ok()) << r.ran.message;
   EXPECT_LE(r.peak, budget) << "the run went " << r.peak - budget << " B over its budget\n" << r.description;
   expect_within_margin(r);
+  expect_within_target(r);
   expect_results(c, *graph_, ref_, r, "forced split");
 }
 
@@ -354,6 +370,7 @@ TEST_P(PerChunk, EqualsPyTorchsChunkedRun) {
   // every chunk, until the one update) is counted: without it the forward reads were 7-17%
   // short (mobilenet_v3_small: 48 KiB a chunk).
   expect_within_margin(r);
+  expect_within_target(r);
   EXPECT_GE(r.error(), -0.03) << r.description;
   expect_as_accurate_as_pytorch(c, g, ref, r, extras.errors);
 
@@ -480,7 +497,9 @@ TEST(Summary, CalibrationIsAddedWhereItsOpsTookIt) {
       ASSERT_GT(budget, 0u) << c.label() << ": no budget gives a plan of " << kMinChunks << " chunks or more";
       const RunResult r = run(g, c.mode, budget);
       ASSERT_TRUE(r.ran.ok()) << c.label() << ": " << r.ran.message;
-      if (split) EXPECT_GE(r.chunks, kMinChunks) << r.description;
+      if (split) {
+        EXPECT_GE(r.chunks, kMinChunks) << r.description;
+      }
       std::printf("[corpus] %-45s %d chunk(s): estimate %8.2f MiB  measured %8.2f MiB  error %+6.1f%%\n",
                   c.label().c_str(), static_cast<int>(r.chunks), mib(r.estimate), mib(r.measured), 100 * r.error());
       EXPECT_LE(std::abs(r.error()), split ? 0.05 : 0.03)

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 692081899bd6481f889adb0c55a578d60897801148fcab5368093908f95c8954
+# Header sha256: cdd11db6c348a9aaf0edf4202ad1744da7d98dd9a6eaf4cb3d707b0635381e87
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
