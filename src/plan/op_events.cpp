@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <type_traits>
-#include <unordered_set>
 #include <utility>
+
+#include "base/pointer_index.h"
 
 namespace koila {
 
@@ -45,9 +46,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   // Read in place: the calibration follows every op of several runs in a first plan.
   std::string_view name(fn.name()), suffix;
   bool backward = false;
-  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || name.substr(0, kBackwardPrefix.size()) == kBackwardPrefix) {
+  const bool prefixed = name.substr(0, kBackwardPrefix.size()) == kBackwardPrefix;
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || prefixed) {
     backward = true;
-    if (name.substr(0, kBackwardPrefix.size()) == kBackwardPrefix) name.remove_prefix(kBackwardPrefix.size());
+    if (prefixed) name.remove_prefix(kBackwardPrefix.size());
     name = readable(name, &suffix);
   }
   try {
@@ -62,8 +64,6 @@ at::CallbackHandle add_callbacks() {
                                         .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
 }
 
-// Before each function of a followed backward (BackwardOps): returns the gradients as they
-// came (a copy of the list, which the engine puts in place of its own).
 // A weak reference to an autograd function, as the LibTorch of the build holds them
 // (std::shared_ptr up to 2.x's c10::intrusive_ptr).
 template <class Strong>
@@ -79,6 +79,8 @@ struct WeakOf<c10::intrusive_ptr<T>> {
 using FunctionRef = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
 using WeakFunction = WeakOf<FunctionRef>::type;
 
+// Before each function of a followed backward (BackwardOps): returns the gradients as they
+// came (a copy of the list, which the engine puts in place of its own).
 struct FunctionStarts : torch::autograd::FunctionPreHook {
   FunctionStarts(BackwardOps* owner, const torch::autograd::Node* function) : owner(owner), function(function) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
@@ -124,14 +126,14 @@ BackwardOps::~BackwardOps() { remove_hooks(); }
 
 void BackwardOps::start(const std::vector<at::Tensor>& outputs) {
   finish();
-  std::vector<const FunctionRef*> stack;  // (held by the graph)
-  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<const FunctionRef*> stack;           // (held by the graph)
+  PointerIndex<torch::autograd::Node> seen(1024);  // (as autograd_leaves walks the same graph)
   for (const at::Tensor& out : outputs)
     if (out.defined() && out.grad_fn()) stack.push_back(&out.grad_fn());
   while (!stack.empty()) {
     const FunctionRef& fn = *stack.back();
     stack.pop_back();
-    if (!seen.insert(fn.get()).second) continue;
+    if (!seen.insert(fn.get(), 0)) continue;
     fn->add_pre_hook(std::make_unique<FunctionStarts>(this, fn.get()));
     hooked_->functions.emplace_back(fn);
     for (const torch::autograd::Edge& e : fn->next_edges())
