@@ -169,6 +169,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->shown_inputs = spec.shown_inputs;
   node->signature = spec.signature;
   node->mutates_state = spec.mutates_state;
+  node->runs_program = spec.runs_program;
   node->stats_counters = std::move(spec.stats_counters);
   node->stats_buffers = std::move(spec.stats_buffers);
   const c10::Device device = common_device(inputs);

@@ -68,6 +68,7 @@ struct Node {
   NodeKind kind = NodeKind::Op;
   BatchReduction reduction = BatchReduction::None;
   bool mutates_state = false;  // see OpSpec::mutates_state
+  bool runs_program = false;   // see OpSpec::runs_program
   // A result node: its one input is a node with `run_all`, and its value is that node's
   // result number `result`, which the evaluation keeps for it. -1: not a result node.
   int64_t result = -1;
@@ -127,6 +128,9 @@ struct OpSpec {
   // The op may change concrete inputs that do not require grad in place (batch norm's
   // running statistics): the planner's real probes run it on copies of them.
   bool mutates_state = false;
+  // The op runs a program of many LibTorch ops (a module call): the calibration of
+  // estimates follows those one by one (plan/estimate.cpp), not the node as one op.
+  bool runs_program = false;
   // Counters the op increments before each batch norm it runs (a module's
   // num_batches_tracked): chunks with their own batch statistics restore them between
   // chunks (batch_stats.h).

@@ -99,6 +99,7 @@ BatchResult named(BatchResult r, const std::string& name) {
 NodePtr build_call(OpSpec spec, const Call& call, const std::vector<NodePtr>& inputs) {
   spec.shown_inputs = inputs.size();
   spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
+  spec.runs_program = true;
   spec.stats_counters = call.batch_norm_counters;
   spec.stats_buffers = call.batch_norm_buffers;
   std::vector<NodePtr> all = inputs;

@@ -92,7 +92,14 @@ std::string_view family(std::string_view name) {
 }
 
 // Follows a run op by op for the calibration (OpPoint, op_events.h), the bytes held taken
-// from `take` (false: it cannot say, and the points are incomplete).
+// from `take` (false: it cannot say, and the points are incomplete). A forward's ops are the
+// graph's op nodes as the executor runs them (RunObserver::op_ran), and inside a node that
+// runs a program (a module call) the LibTorch ops it runs, through RecordFunction; a
+// backward's are its autograd functions (BackwardOps). RecordFunction is on only inside
+// programs: while a thread-local callback exists, LibTorch builds a record for every op
+// and every op nested in one, and autograd's engine rebuilds its callback lists at every
+// function. The 1001-node graph's first plan took 87 ms without following, 130 ms with
+// every op through RecordFunction, 111-125 ms with backwards through BackwardOps.
 class OpPoints : public RunObserver, public OpListener {
  public:
   using Take = std::function<bool(uint64_t* live, uint64_t* peak)>;
@@ -100,29 +107,36 @@ class OpPoints : public RunObserver, public OpListener {
 
   bool complete() const { return complete_; }
 
-  // Follows the forwards' ops through `recording` (null: none now), the backwards' through
-  // BackwardOps: autograd's engine pays for a RecordFunction callback at every function
-  // (OpRecording::pause). The 1001-node graph's first plan took 87 ms without following,
-  // 130 ms with every phase through RecordFunction.
+  // Follows the ops inside programs through `recording` (paused until one runs; null: none).
   void follow_with(OpRecording* recording) { recording_ = recording; }
   // The run ended: its last backward function too.
   void finish() { backward_.finish(); }
 
   void chunk_started(int64_t) override {
-    forward();
+    backward_.finish();
     seen_.clear();
   }
   void phase(Phase next) override {
     phase_ = next;
-    if (next == Phase::Forward) {
-      forward();
-    } else if (recording_ && !paused_) {
-      recording_->pause();
-      paused_ = true;
-    }
+    if (next == Phase::Forward) backward_.finish();  // (the backward before it ended)
   }
   void backward_from(const std::vector<at::Tensor>& outputs) override { backward_.start(outputs); }
-  bool listening() const override { return !paused_; }
+  bool follows_ops() const override { return true; }
+  void op_starts(const Node& node) override {
+    if (!node.runs_program || !recording_ || in_program_) return;
+    in_program_ = true;
+    recording_->resume();
+  }
+  void op_ran(const Node& node) override {
+    if (in_program_) {  // its own ops were told
+      if (!node.runs_program) return;
+      recording_->pause();
+      in_program_ = false;
+      return;
+    }
+    op_ended(node.op, {}, /*backward=*/false);
+  }
+  bool listening() const override { return in_program_; }
   void op_ended(std::string_view name, std::string_view suffix, bool backward) override {
     const std::string_view f = family(name);
     uint64_t named = std::hash<std::string_view>{}(f);
@@ -143,17 +157,10 @@ class OpPoints : public RunObserver, public OpListener {
   std::vector<OpPoint>& points_;
   Take take_;
   Phase phase_ = Phase::Forward;
-  // A forward follows: the backward before it ended.
-  void forward() {
-    backward_.finish();
-    if (recording_ && paused_) recording_->resume();
-    paused_ = false;
-  }
-
   std::unordered_map<uint64_t, uint64_t> seen_;  // ops of each kind so far in the chunk
   bool complete_ = true;
   OpRecording* recording_ = nullptr;
-  bool paused_ = false;  // in a backward: RecordFunction's ops not told
+  bool in_program_ = false;  // a program's node runs: RecordFunction's ops told
   BackwardOps backward_{*this};
 };
 
@@ -173,7 +180,7 @@ void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun
   OpPoints points(ops, std::move(take));
   run.observer = &points;
   {
-    OpRecording recording(points);
+    OpRecording recording(points, /*paused=*/true);  // (on inside programs only)
     points.follow_with(&recording);
     run_mode(root, a, mode, run);
     points.finish();

@@ -97,8 +97,9 @@ struct BackwardOps::Hooked {
   std::vector<WeakFunction> functions;
 };
 
-OpRecording::OpRecording(OpListener& listener) : state_{&listener, 0}, outer_(recording_here) {
-  if (!outer_) handle_ = add_callbacks();  // an inner recording uses the outer one's callbacks
+OpRecording::OpRecording(OpListener& listener, bool paused)
+    : state_{&listener, 0}, outer_(recording_here), paused_(paused && !outer_) {
+  if (!outer_ && !paused_) handle_ = add_callbacks();  // an inner recording uses the outer one's callbacks
   recording_here = &state_;
 }
 

@@ -2,9 +2,9 @@
 // the autograd functions of a backward (LibTorch's RecordFunction, thread-local callbacks),
 // each told to a listener once with a readable name ("aten::conv2d",
 // "ConvolutionBackward0"). Ops that run inside another are part of it. The memory timeline
-// (timeline.h) follows runs so; the calibration op by op (estimate.cpp) follows forwards so
-// and backwards through hooks on their autograd functions (BackwardOps), which cost a first
-// plan far less.
+// (timeline.h) follows runs so; the calibration op by op (estimate.cpp) follows only the ops
+// inside module calls so, which cost a first plan far less: the graph's own ops as the
+// executor runs them, backwards through hooks on their autograd functions (BackwardOps).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -51,7 +51,8 @@ class OpListener {
 // not told.
 class OpRecording {
  public:
-  explicit OpRecording(OpListener& listener);
+  // `paused`: as if pause() were called at once.
+  explicit OpRecording(OpListener& listener, bool paused = false);
   ~OpRecording();
   OpRecording(const OpRecording&) = delete;
   OpRecording& operator=(const OpRecording&) = delete;

@@ -61,9 +61,15 @@ ChunkStats::Handling stats_handling(const Analysis& a, const ChunkRun& run) {
   return run.per_chunk_stats && a.splits(run.chunk) ? ChunkStats::Handling::PerChunk : ChunkStats::Handling::Restore;
 }
 
+// What every evaluation of the run is given: its leaves, and its ops told to an observer
+// that follows them.
 EvalOptions options_for(const ChunkRun& run) {
   EvalOptions options;
   options.leaf = run.leaf;
+  if (RunObserver* o = run.observer; o && o->follows_ops()) {
+    options.op_starts = [o](const Node& node) { o->op_starts(node); };
+    options.observe = [o](const Node& node, const Tensors&, const at::Tensor&) { o->op_ran(node); };
+  }
   return options;
 }
 
@@ -79,9 +85,12 @@ struct ChunkCounts {
   ChunkCounts(const std::vector<const Node*>& boundaries) : counts(boundaries.size(), 0) {
     for (size_t k = 0; k < boundaries.size(); ++k) index.emplace(boundaries[k], k);
   }
+  // (after whatever options_for has the evaluation observe)
   void observe(EvalOptions& options, const ChunkRun& run) {
     if (run.meta) return;
-    options.observe = [this](const Node& node, const Tensors& args, const at::Tensor&) {
+    options.observe = [this, before = std::move(options.observe)](const Node& node, const Tensors& args,
+                                                                  const at::Tensor& value) {
+      if (before) before(node, args, value);
       auto found = index.find(&node);
       if (found != index.end() && node.reduction == BatchReduction::Mean) counts[found->second] = node.mean_count(args);
     };

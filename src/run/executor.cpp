@@ -223,6 +223,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
       const int64_t p = schedule.inputs[k];
       args.push_back(p >= 0 ? values[static_cast<size_t>(p)] : at::Tensor());
     }
+    if (options.op_starts) options.op_starts(node);
     try {
       if (node.result >= 0)
         values[i] = result_of(several, schedule.inputs[first], node);

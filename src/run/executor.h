@@ -27,7 +27,8 @@ struct EvalOptions {
   // The value of a Constant or Input node before any narrowing (default: the node's tensor).
   // The planner's simulation passes meta stand-ins here.
   std::function<at::Tensor(const Node&)> leaf;
-  // Called after each op with the arguments it ran on and its result.
+  // Called before each op runs, and after it with the arguments it ran on and its result.
+  std::function<void(const Node&)> op_starts;
   std::function<void(const Node&, const Tensors& args, const at::Tensor& value)> observe;
   // With `grad`, when given: filled with the leaves whose .grad a backward from the roots
   // would fill, in the order reached, found as the evaluation goes instead of by a walk over
