@@ -656,6 +656,44 @@ TEST(Ops, Select) {
         {"selecting samples", {rnd({4, 5}), idx({3}, 4)}, {0, C}, -1, true});
 }
 
+// A loss's shape is remembered per loss, reduction and inputs' shapes and dtypes on a thread
+// (reduce.cpp): each combination, again after more than the remembered ones came between,
+// gets its own shape, and inputs the loss refuses are refused every time.
+TEST(Ops, LossShapesFollowEachBuild) {
+  using LossFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const koila_tensor*, koila_reduction);
+  struct Case {
+    LossFn fn;
+    koila_reduction r;
+    int64_t batch;
+    std::vector<int64_t> expected;
+  };
+  std::vector<Case> cases;
+  for (int64_t batch : {6, 7, 3})
+    for (koila_reduction r : {KOILA_REDUCTION_NONE, KOILA_REDUCTION_MEAN})
+      for (LossFn fn : {LossFn(koila_cross_entropy), LossFn(koila_nll_loss)})
+        cases.push_back(
+            {fn, r, batch, r == KOILA_REDUCTION_NONE ? std::vector<int64_t>{batch} : std::vector<int64_t>{}});
+  for (int round = 0; round < 2; ++round)  // 12 combinations: the second round finds none remembered
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::to_string(c.batch) + " " + std::to_string(c.r));
+      Handle x = from_aten(at::log_softmax(rnd({c.batch, 5}), 1), 0), t = from_aten(idx({c.batch}, 5), 0);
+      koila_tensor* out = nullptr;
+      ASSERT_OK(c.fn(&out, x.get(), t.get(), c.r));
+      Handle loss(out);
+      EXPECT_EQ(shape_of(loss.get()), c.expected);
+      // A target of another batch size: refused, also right after the shapes above.
+      Handle wrong = from_aten(idx({c.batch + 1}, 5), 0);
+      for (int again = 0; again < 2; ++again) {
+        koila_tensor* refused = nullptr;
+        koila_status* s = c.fn(&refused, x.get(), wrong.get(), c.r);
+        ASSERT_NE(s, nullptr);
+        EXPECT_EQ(koila_status_code(s), KOILA_ERROR_SHAPE) << koila_status_message(s);
+        koila_status_free(s);
+        EXPECT_EQ(refused, nullptr);
+      }
+    }
+}
+
 TEST(Ops, Losses) {
   using LossFn = koila_status* (*)(koila_tensor**, const koila_tensor*, const koila_tensor*, koila_reduction);
   auto build = [](LossFn fn, koila_reduction r) {

@@ -2,6 +2,8 @@
 // how chunks combine (sum, mean, max, min) so the planner can split exactly.
 #include "ops/reduce.h"
 
+#include <array>
+
 #include "graph/meta_kernels.h"
 #include "ops/common.h"
 
@@ -91,6 +93,31 @@ BatchRule loss_batch(int64_t class_dim, at::Reduction::Reduction r) {
 
 using Loss = at::Tensor (*)(const at::Tensor&, const at::Tensor&, int64_t);
 
+// The shape and dtype of a loss, from its meta kernels, remembered for the last few
+// combinations of loss, reduction and the inputs' shapes and dtypes on this thread (all that
+// the meta run reads): a training loop builds its loss anew every step, and the meta run
+// cost about 9 us of every step of the corpus's embedding model (0.27 ms), lazy or eager.
+// Inputs that the meta kernels refuse are refused at every build (nothing is remembered).
+Meta loss_result(Loss fn, int64_t reduction, const Meta& x, const Meta& t) {
+  struct Entry {
+    Loss fn = nullptr;
+    int64_t reduction = 0;
+    at::ScalarType x_dtype = at::kFloat, t_dtype = at::kFloat;
+    std::vector<int64_t> x_shape, t_shape;
+    Meta result;
+  };
+  constexpr size_t kEntries = 8;
+  thread_local std::array<Entry, kEntries> entries;
+  thread_local size_t next = 0;
+  for (const Entry& e : entries)
+    if (e.fn == fn && e.reduction == reduction && e.x_dtype == x.dtype && e.t_dtype == t.dtype &&
+        e.x_shape == x.shape && e.t_shape == t.shape)
+      return e.result;
+  const Meta result = meta_of(fn(meta_tensor(x), meta_tensor(t), reduction));
+  entries[next++ % kEntries] = Entry{fn, reduction, x.dtype, t.dtype, x.shape, t.shape, result};
+  return result;
+}
+
 NodePtr loss(const char* name, const NodePtr& x, const NodePtr& t, at::Reduction::Reduction reduction, Loss fn,
              bool has_classes) {
   require_floating(x, "the input");
@@ -119,7 +146,9 @@ NodePtr loss(const char* name, const NodePtr& x, const NodePtr& t, at::Reduction
   return build(OpSpec{.name = name,
                       .run = [fn, red](const Tensors& in, const Node&) { return fn(in[0], in[1], red); },
                       .batch = loss_batch(class_dim, reduction),
-                      .mean_count = std::move(count)},
+                      .mean_count = std::move(count),
+                      .infer = [fn, red](const std::vector<const Meta*>& in,
+                                         const Node&) { return loss_result(fn, red, *in[0], *in[1]); }},
                {x, t});
 }
 
