@@ -102,6 +102,18 @@ int main(int argc, char** argv) {
                   bench::median(lt) / bench::median(et));
       return 0;
     }
+    // firsts-followed|firsts-unfollowed: only first plans (KOILA_BENCH_STEPS of them), each
+    // on a graph built anew with every record forgotten, for callgrind to count what
+    // following the calibration's ops costs a first plan without this machine's noise.
+    if (std::string(only) == "firsts-followed" || std::string(only) == "firsts-unfollowed") {
+      const char* n_env = std::getenv("KOILA_BENCH_STEPS");
+      for (int i = 0, n = n_env ? std::atoi(n_env) : 3; i < n; ++i) {
+        koila::testing::set_ops_followed(std::string(only) == "firsts-followed");
+        Handle again = net.lazy_loss(xs);
+        std::printf("first plan: %.1f ms\n", plan_seconds(again.get()) * 1e3);
+      }
+      return 0;
+    }
     const bool lazy = std::string(only) == "lazy";
     const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
     const int steps = steps_env ? std::atoi(steps_env) : 305;
