@@ -43,6 +43,7 @@
 #include "corpus.h"
 #include "plan/estimate.h"
 #include "plan/memo.h"
+#include "run/fused_grads.h"
 #include "small_op_graph.h"
 
 using namespace koila_corpus;
@@ -183,6 +184,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [device] [repeats >= 1] [corpus dir] [model]\n", argv[0]);
     return 2;
   }
+  // KOILA_BENCH_NO_FUSION=1: linear layers as before issue 28's fusion (fused_grads.h), to
+  // compare step times with and without it.
+  if (const char* off = std::getenv("KOILA_BENCH_NO_FUSION"); off && std::string(off) == "1")
+    koila::testing::set_grad_fusion(false);
   std::vector<Entry> entries;
   try {
     entries = read_manifest(dir);
