@@ -98,8 +98,9 @@ std::string_view family(std::string_view name) {
 // backward's are its autograd functions (BackwardOps). RecordFunction is on only inside
 // programs: while a thread-local callback exists, LibTorch builds a record for every op
 // and every op nested in one, and autograd's engine rebuilds its callback lists at every
-// function. The 1001-node graph's first plan took 87 ms without following, 130 ms with
-// every op through RecordFunction, 111-125 ms with backwards through BackwardOps.
+// function. The 1001-node graph's first plan took 1.51-1.57 times as long as without
+// following with every op through RecordFunction, 1.13-1.24 with backwards through
+// BackwardOps, about 1.06 so (1.095 in instructions; BENCHMARKS §21 and §22).
 class OpPoints : public RunObserver, public OpListener {
  public:
   using Take = std::function<bool(uint64_t* live, uint64_t* peak)>;
