@@ -9,7 +9,8 @@
 //   LibTorch     the same module loaded by LibTorch itself (its own copy), run operator by
 //                operator as koila runs modules, at::cross_entropy_loss, backward.
 //
-// The three take turns, step by step, after two steps of each
+// The three take turns, step by step (the lazy and the eager step each go first every other
+// time, LibTorch's last: see the loop), after two steps of each
 // (a structure's first and second plans differ: its .grad go from absent to zeroed). The
 // first lazy and eager steps of each model are shown apart: the first lazy step infers the
 // call, simulates and probes the structure; "again" is the median of three more first lazy
@@ -242,10 +243,18 @@ int main(int argc, char** argv) {
         }
         // Small models get more steps (about 3 s of each kind), as their medians move more.
         const int n = std::clamp(static_cast<int>(3.0 / std::max(warm, 1e-6)), repeats, 40 * repeats);
+        // Which of the lazy and the eager step goes first alternates: the second finds the
+        // module's parameters, its .grad and the batch in the caches where the first left
+        // them, the first finds LibTorch's own copy's there (the plain step runs last).
         for (int i = 0; i < n; ++i) {
-          r.lazy.push_back(timed([&] { m.step(true); }));
-          r.building.push_back(m.building);
-          r.eager.push_back(timed([&] { m.step(false); }));
+          for (const bool lazy_step : {i % 2 == 0, i % 2 != 0}) {
+            if (lazy_step) {
+              r.lazy.push_back(timed([&] { m.step(true); }));
+              r.building.push_back(m.building);
+            } else {
+              r.eager.push_back(timed([&] { m.step(false); }));
+            }
+          }
           r.plain.push_back(timed([&] { m.plain_step(); }));
         }
         print_row(e.name + " (" + mode + ")", ref.input.size(0), r);

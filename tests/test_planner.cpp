@@ -3,10 +3,12 @@
 // stays within the budget.
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "base/pointer_index.h"
 #include "helpers.h"
 #include "memory/cpu_allocator.h"
+#include "memory/run_memory.h"
 #include "models.h"
 #include "plan/memo.h"
 #include "plan/planner.h"
@@ -84,6 +86,36 @@ TEST(Memory, MkldnnStyleRawAllocationsWork) {
   EXPECT_EQ(current_cpu(), before);
   const at::Tensor y = at::conv2d(at::randn({2, 3, 8, 8}), at::randn({4, 3, 3, 3}));
   EXPECT_EQ(y.sizes(), at::IntArrayRef({2, 4, 6, 6}));
+}
+
+// A run's figures (RunMemory) follow blocks its thread allocated wherever they are freed:
+// its own thread keeps them with plain stores, other threads' frees apart (accounting.h).
+TEST(Memory, RunFiguresFollowBlocksFreedOnOtherThreads) {
+  static constexpr uint64_t kMiB = 1024 * 1024;
+  koila::RunMemory outer(c10::Device(c10::kCPU));
+  at::Tensor kept = at::empty({static_cast<int64_t>(kMiB / 4)});  // 1 MiB
+  {
+    koila::RunMemory run(c10::Device(c10::kCPU));
+    at::Tensor a = at::empty({static_cast<int64_t>(2 * kMiB / 4)});  // 2 MiB
+    EXPECT_EQ(run.current(), 2 * kMiB);
+    std::thread([moved = std::move(a)]() mutable { moved = at::Tensor(); }).join();  // freed there
+    EXPECT_EQ(run.current(), 0u);
+    EXPECT_EQ(outer.current(), kMiB);
+    at::Tensor b = at::empty({static_cast<int64_t>(3 * kMiB / 4)});  // 3 MiB
+    EXPECT_EQ(run.current(), 3 * kMiB);
+    EXPECT_EQ(run.peak(), 3 * kMiB);  // 5 had the other thread's free been lost
+    EXPECT_EQ(outer.peak(), 4 * kMiB);
+    // Blocks of another thread's run are that run's: nothing here.
+    std::thread([] {
+      koila::RunMemory theirs(c10::Device(c10::kCPU));
+      at::Tensor c = at::empty({static_cast<int64_t>(kMiB / 4)});
+      EXPECT_EQ(theirs.current(), kMiB);
+    }).join();
+    EXPECT_EQ(run.current(), 3 * kMiB);
+    EXPECT_EQ(run.peak(), 3 * kMiB);
+  }
+  EXPECT_EQ(outer.current(), kMiB);
+  EXPECT_EQ(outer.peak(), 4 * kMiB);
 }
 
 TEST(Memory, Budgets) {

@@ -17,20 +17,35 @@ namespace memory_detail {
 
 Slot slots[kSlots];
 thread_local int innermost_slot = -1;
+thread_local char thread_token = 0;
 
 void charge(int slot, int64_t bytes) {
-  for (int s = slot; s >= 0; s = slots[s].parent) {
-    const int64_t now = slots[s].live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (slot < 0) return;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  if (slots[slot].owner.load(relaxed) != &thread_token) {  // a block freed on another thread
+    for (int s = slot; s >= 0; s = slots[s].parent.load(relaxed)) {
+      const int64_t now = slots[s].foreign.fetch_add(bytes, relaxed) + bytes;
+      if (bytes <= 0) continue;  // (allocations are charged on their own thread: see Slot)
+      const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(now + slots[s].own.load(relaxed), 0));
+      raise_peak(slots[s].peak, held);
+      raise_peak(slots[s].window_peak, held);
+    }
+    return;
+  }
+  for (int s = slot; s >= 0; s = slots[s].parent.load(relaxed)) {  // the chain is this thread's
+    Slot& x = slots[s];
+    const int64_t own = x.own.load(relaxed) + bytes;
+    x.own.store(own, relaxed);
     if (bytes <= 0) continue;
-    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(now, 0));
-    raise_peak(slots[s].peak, held);
-    raise_peak(slots[s].window_peak, held);
+    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(own + x.foreign.load(relaxed), 0));
+    if (held > x.peak.load(relaxed)) x.peak.store(held, relaxed);
+    if (held > x.window_peak.load(relaxed)) x.window_peak.store(held, relaxed);
   }
 }
 
 void note_refusal(uint64_t bytes) {
   for (int s = innermost_slot; s >= 0; s = slots[s].parent) {
-    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(slots[s].live.load(std::memory_order_relaxed), 0));
+    const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(slots[s].live(), 0));
     raise_peak(slots[s].refused, held + bytes);
   }
 }
@@ -63,7 +78,9 @@ RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(devic
   }
   Slot& slot = slots[slot_];
   slot.generation.fetch_add(1);
-  slot.live.store(0);
+  slot.own.store(0);
+  slot.foreign.store(0);
+  slot.owner.store(&memory_detail::thread_token);
   slot.peak.store(0);
   slot.window_peak.store(0);
   slot.refused.store(0);
@@ -79,7 +96,7 @@ RunMemory::~RunMemory() {
 }
 
 uint64_t RunMemory::current() const {
-  if (slot_ >= 0) return static_cast<uint64_t>(std::max<int64_t>(slots[slot_].live.load(), 0));
+  if (slot_ >= 0) return static_cast<uint64_t>(std::max<int64_t>(slots[slot_].live(), 0));
   const uint64_t now = memory_stats(device_).current;
   return now > start_ ? now - start_ : 0;
 }
