@@ -103,6 +103,48 @@ TEST(ModuleMemo, InfersOncePerStructureAndAgainForAnotherTrainingFlag) {
   EXPECT_EQ(inferences() - before, 1u);
 }
 
+// Calls share the constant nodes of the module's tensors (LoadedModule::state_nodes) while
+// each still stands for its tensor; a tensor the module replaced gets a node of its own,
+// and the call computes with it.
+TEST(ModuleMemo, CallsShareTheNodesOfTheModulesTensorsWhileTheyStand) {
+  BudgetGuard restore;
+  torch::jit::Module bn = scripted::batch_norm(4);
+  ModuleHandle m = wrap(bn);
+  const at::Tensor xs = at::randn({16, 8});
+  Handle x1 = koila_models::lazy(xs, 0), x2 = koila_models::lazy(xs, 0);
+  Handle y1 = forward(m.get(), {x1.get()}), y2 = forward(m.get(), {x2.get()});
+  const koila::Node &a = node(y1.get()), &b = node(y2.get());
+  ASSERT_EQ(a.inputs.size(), b.inputs.size());
+  ASSERT_GT(a.inputs.size(), 2u) << "the input and the module's tensors";
+  EXPECT_NE(a.inputs[0].get(), b.inputs[0].get()) << "the lazy inputs are the caller's";
+  for (size_t i = 1; i < a.inputs.size(); ++i) EXPECT_EQ(a.inputs[i].get(), b.inputs[i].get()) << "tensor " << i;
+
+  // The module gets a new weight (another tensor, the same shape), as a caller may set it.
+  at::Tensor old_weight = bn.attr("weight").toTensor();
+  const at::Tensor new_weight = (old_weight.detach() * 3 + 1).requires_grad_(true);
+  bn.register_parameter("weight", new_weight, /*is_buffer=*/false);
+
+  Handle x3 = koila_models::lazy(xs, 0);
+  Handle y3 = forward(m.get(), {x3.get()});
+  const koila::Node& c = node(y3.get());
+  ASSERT_EQ(c.inputs.size(), b.inputs.size());
+  size_t replaced = 0;
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    if (c.inputs[i]->value.is_same(new_weight)) {
+      ++replaced;
+      EXPECT_NE(c.inputs[i].get(), b.inputs[i].get()) << "a new node for the new weight";
+      EXPECT_TRUE(b.inputs[i]->value.is_same(old_weight));
+    } else {
+      EXPECT_EQ(c.inputs[i].get(), b.inputs[i].get()) << "tensor " << i;
+    }
+  }
+  EXPECT_EQ(replaced, 1u);
+  // The call computes with the new weight: as the same module run by LibTorch.
+  const at::Tensor expected = bn.forward({xs}).toTensor();
+  EXPECT_TRUE(at::allclose(to_aten(y3.get()), expected.detach()));
+  EXPECT_FALSE(at::allclose(to_aten(y2.get()), expected.detach()));
+}
+
 TEST(ModuleMemo, AModuleThatMixesSamplesIsRefusedAfterAThousandCachedSteps) {
   BudgetGuard restore;
   torch::jit::Module mix = scripted::module("Mix", {{"w", at::randn({8})}}, {},

@@ -45,6 +45,13 @@ struct LoadedModule {
   std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
   // Set for an exported program (.pt2): what the module cannot say of itself.
   std::shared_ptr<const ExportedProgram> exported = nullptr;
+  // The constant nodes of the last call's tensors (parameters and buffers, in the order
+  // calls list them), taken again by the next call for each tensor that is still the same
+  // (the same tensor, shape and dtype): a training loop's calls share them instead of
+  // making and freeing a node per tensor per step, and the planner's walks over them find
+  // them in the caches. They hold the tensors, as the module does; one the module replaced
+  // (loading a state) is let go at its next call.
+  std::vector<NodePtr> state_nodes = {};
 };
 
 // The node for `m.forward(inputs...)` (computed at once when no input is lazy). The call

@@ -95,15 +95,28 @@ BatchResult named(BatchResult r, const std::string& name) {
   return r;
 }
 
+// The constant node of `t`, the tensor at `position` among the call's: the last call's
+// node for it (LoadedModule::state_nodes) when it still stands for it, else a new one.
+NodePtr state_node(LoadedModule& m, size_t position, const at::Tensor& t) {
+  if (position >= m.state_nodes.size()) m.state_nodes.resize(position + 1);
+  NodePtr& kept = m.state_nodes[position];
+  if (!kept || kept->value.unsafeGetTensorImpl() != t.unsafeGetTensorImpl() || kept->meta.dtype != t.scalar_type() ||
+      kept->meta.shape != t.sizes())
+    kept = make_constant(t);
+  return kept;
+}
+
 // The node of a call, its inputs followed by the module's tensors.
-NodePtr build_call(OpSpec spec, const Call& call, const std::vector<NodePtr>& inputs) {
+NodePtr build_call(LoadedModule& m, OpSpec spec, const Call& call, const std::vector<NodePtr>& inputs) {
   spec.shown_inputs = inputs.size();
   spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
   spec.runs_program = true;
   spec.stats_counters = call.batch_norm_counters;
   spec.stats_buffers = call.batch_norm_buffers;
   std::vector<NodePtr> all = inputs;
-  for (const at::Tensor& t : call.state) all.push_back(make_constant(t));
+  all.reserve(inputs.size() + call.state.size());
+  for (size_t i = 0; i < call.state.size(); ++i) all.push_back(state_node(m, i, call.state[i]));
+  m.state_nodes.resize(call.state.size());
   if (all.empty()) module_detail::fail_nothing_to_run(call);
   return build(std::move(spec), all);
 }
@@ -147,7 +160,7 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs) {
                                                       const Meta&) { return named(inference->batch, name); },
               .infer = std::move(infer),
               .signature = std::move(signature)};
-  return build_call(std::move(spec), *call, inputs);
+  return build_call(m, std::move(spec), *call, inputs);
 }
 
 std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodePtr>& inputs, size_t capacity,
@@ -207,7 +220,7 @@ std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodeP
       .batch = [r, name = call->name](const std::vector<const Meta*>&, const Meta&) { return named(r->batch, name); },
       .infer = std::move(infer),
       .signature = std::move(signature)};
-  const NodePtr node = build_call(std::move(spec), *call, inputs);
+  const NodePtr node = build_call(m, std::move(spec), *call, inputs);
 
   std::vector<NodePtr> results(r->tensors.size());
   if (!node->lazy()) {  // computed at once: every result as it came
