@@ -96,9 +96,9 @@ BatchResult named(BatchResult r, const std::string& name) {
 }
 
 // The constant node of `t`, the tensor at `position` among the call's: the last call's
-// node for it (LoadedModule::state_nodes) when it still stands for it, else a new one.
+// node for it (LoadedModule::state_nodes, sized to the call's tensors) when it still
+// stands for it, else a new one.
 NodePtr state_node(LoadedModule& m, size_t position, const at::Tensor& t) {
-  if (position >= m.state_nodes.size()) m.state_nodes.resize(position + 1);
   NodePtr& kept = m.state_nodes[position];
   if (!kept || kept->value.unsafeGetTensorImpl() != t.unsafeGetTensorImpl() || kept->meta.dtype != t.scalar_type() ||
       kept->meta.shape != t.sizes())
@@ -115,8 +115,8 @@ NodePtr build_call(LoadedModule& m, OpSpec spec, const Call& call, const std::ve
   spec.stats_buffers = call.batch_norm_buffers;
   std::vector<NodePtr> all = inputs;
   all.reserve(inputs.size() + call.state.size());
-  for (size_t i = 0; i < call.state.size(); ++i) all.push_back(state_node(m, i, call.state[i]));
   m.state_nodes.resize(call.state.size());
+  for (size_t i = 0; i < call.state.size(); ++i) all.push_back(state_node(m, i, call.state[i]));
   if (all.empty()) module_detail::fail_nothing_to_run(call);
   return build(std::move(spec), all);
 }
