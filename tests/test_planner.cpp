@@ -3,6 +3,7 @@
 // stays within the budget.
 #include <cstring>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "base/pointer_index.h"
@@ -545,6 +546,89 @@ TEST(Graph, PointerIndexKeepsWhatItStoredAsItGrows) {
   EXPECT_FALSE(index.contains(&other));
   EXPECT_EQ(index.find(&other), koila::PointerIndex<int>::kAbsent);
   EXPECT_EQ(index.size(), objects.size());
+}
+
+TEST(Graph, PointerIndexEmptiedByItsKeysIsAsNew) {
+  // Schedules reuse one index per thread, emptied by the keys they put in: after that
+  // nothing is found, the same or other keys go in with new numbers, and a key list that
+  // names a pointer never stored empties it all instead of searching forever.
+  std::vector<std::unique_ptr<int>> objects;
+  for (int i = 0; i < 300; ++i) objects.push_back(std::make_unique<int>(i));
+  koila::PointerIndex<int> index;
+  std::vector<const int*> keys;
+  for (uint32_t i = 0; i < 200; ++i) {
+    ASSERT_TRUE(index.insert(objects[i].get(), i));
+    keys.push_back(objects[i].get());
+  }
+  index.clear(keys);
+  EXPECT_EQ(index.size(), 0u);
+  for (const auto& o : objects) EXPECT_FALSE(index.contains(o.get()));
+  for (uint32_t i = 100; i < 300; ++i) ASSERT_TRUE(index.insert(objects[i].get(), 1000 + i));
+  for (uint32_t i = 0; i < 300; ++i)
+    EXPECT_EQ(index.find(objects[i].get()), i < 100 ? koila::PointerIndex<int>::kAbsent : 1000 + i);
+  const int stranger = 0;
+  std::vector<const int*> wrong{objects[150].get(), &stranger};
+  index.clear(wrong);
+  EXPECT_EQ(index.size(), 0u);
+  for (const auto& o : objects) EXPECT_FALSE(index.contains(o.get()));
+}
+
+TEST(Graph, SchedulesMadeOneAfterAnotherOnAThreadAreTheirOwn) {
+  // make_schedule's index is the thread's, reused: a schedule of one graph, then of a
+  // larger one sharing nodes with it, then of the first again, each lists its own nodes
+  // once, inputs before users, with the positions of its own order.
+  Handle x = from_aten(at::randn({4, 3}), 0);
+  Handle a = CALL(koila_tanh, x.get());
+  Handle b = CALL(koila_add, a.get(), a.get());
+  Handle c = CALL(koila_mul, b.get(), x.get());
+  auto check = [](const std::vector<const koila::Node*>& roots, size_t nodes) {
+    const koila::Schedule s = koila::make_schedule(roots);
+    ASSERT_EQ(s.order.size(), nodes);
+    std::set<const koila::Node*> seen(s.order.begin(), s.order.end());
+    EXPECT_EQ(seen.size(), nodes);
+    for (size_t i = 0; i < s.order.size(); ++i)
+      for (size_t k = s.input_start[i]; k < s.input_start[i + 1]; ++k) {
+        ASSERT_GE(s.inputs[k], 0);
+        ASSERT_LT(static_cast<size_t>(s.inputs[k]), i);
+        EXPECT_EQ(s.order[static_cast<size_t>(s.inputs[k])], s.order[i]->inputs[k - s.input_start[i]].get());
+      }
+    ASSERT_EQ(s.roots.size(), roots.size());
+    for (size_t r = 0; r < roots.size(); ++r) EXPECT_EQ(s.order[s.roots[r]], roots[r]);
+  };
+  check({&node(a.get())}, 2);
+  check({&node(c.get())}, 4);
+  check({&node(b.get())}, 3);
+  check({&node(c.get()), &node(a.get())}, 4);
+}
+
+TEST(Plan, TheDescriptionNamesWhatIsEvaluated) {
+  // Written when it is read, not at every plan: a forward's plan names the result's shape
+  // and dtype, a backward's the loss, and a refusal says the same.
+  Handle x = from_aten(at::randn({8, 3}), 0);
+  Handle y = CALL(koila_tanh, x.get());
+  Handle loss = CALL(koila_sum, y.get(), nullptr, 0, 0);
+  char text[2048];
+  size_t needed = 0;
+  koila_plan* p = nullptr;
+  ASSERT_OK(koila_plan_new(&p, y.get(), KOILA_MODE_FORWARD));
+  ASSERT_OK(koila_plan_describe(p, text, sizeof text, &needed));
+  koila_plan_free(p);
+  EXPECT_EQ(std::string(text).rfind("evaluation of [8, 3] Float on cpu", 0), 0u) << text;
+  ASSERT_OK(koila_plan_new(&p, loss.get(), KOILA_MODE_FORWARD));
+  ASSERT_OK(koila_plan_describe(p, text, sizeof text, &needed));
+  koila_plan_free(p);
+  EXPECT_EQ(std::string(text).rfind("evaluation of [] Float on cpu", 0), 0u) << text;
+  ASSERT_OK(koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING));
+  ASSERT_OK(koila_plan_describe(p, text, sizeof text, &needed));
+  koila_plan_free(p);
+  EXPECT_EQ(std::string(text).rfind("backward from [] Float on cpu", 0), 0u) << text;
+  ASSERT_OK(koila_set_memory_budget("cpu", 1));
+  koila_status* refused = koila_plan_new(&p, y.get(), KOILA_MODE_FORWARD);
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  EXPECT_EQ(koila_status_code(refused), KOILA_ERROR_OUT_OF_MEMORY) << koila_status_message(refused);
+  EXPECT_NE(std::strstr(koila_status_message(refused), "evaluation of [8, 3] Float on cpu"), nullptr)
+      << koila_status_message(refused);
+  koila_status_free(refused);
 }
 
 TEST(Plan, TheStructureKeyFollowsWhatChangesAfterBuilding) {

@@ -4,6 +4,7 @@
 // instead of one a node (std::unordered_map).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -41,6 +42,22 @@ class PointerIndex {
     }
   }
   size_t size() const { return size_; }
+
+  // Empties the index and keeps its capacity, touching only the slots in use: `keys` are
+  // every key inserted since it was made or last emptied (an index reused for every graph
+  // of a thread costs what the graph filled, not a fresh array's allocation and zeroing).
+  void clear(const std::vector<const T*>& keys) {
+    for (const T* key : keys) {
+      size_t i = slot_of(key), probes = 0;
+      while (slots_[i].node != key && ++probes < slots_.size()) i = (i + 1) & mask_;  // (emptied slots skipped)
+      if (slots_[i].node != key) {  // not a key of the index after all: every slot emptied
+        std::fill(slots_.begin(), slots_.end(), Slot{});
+        break;
+      }
+      slots_[i] = Slot{};
+    }
+    size_ = 0;
+  }
 
  private:
   struct Slot {

@@ -102,7 +102,6 @@ Plan device_plan(const NodePtr& root, RunMode mode) {
   p.mode = mode;
   p.root = root;
   p.device = canonical_device(root->meta.device);
-  p.target = shape_string(root->meta.shape) + " " + dtype_name(root->meta.dtype);
   prepare_device(p.device);  // before what is in use is read: cuBLAS's workspace is not the run's
   p.in_use_bytes = memory_stats(p.device).current;
   p.reserved_by_others_bytes = outstanding_reservations(p.device);
@@ -267,7 +266,14 @@ uint64_t Plan::needed(uint64_t extra) const {
 
 std::string Plan::describe() const {
   std::ostringstream os;
-  os << (mode == RunMode::Training ? "backward from " : "evaluation of ") << target << " on " << device.str();
+  // What is evaluated ("[8, 10] float"), written only here: formatting it at every plan cost
+  // a stream's construction a step.
+  os << (mode == RunMode::Training ? "backward from " : "evaluation of ");
+  if (root)
+    os << shape_string(root->meta.shape) << " " << dtype_name(root->meta.dtype);
+  else
+    os << "nothing";
+  os << " on " << device.str();
   if (batch < 0) {
     os << "; no lazy batch";
   } else {

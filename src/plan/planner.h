@@ -25,7 +25,6 @@ namespace koila {
 struct Plan {
   RunMode mode = RunMode::Forward;
   c10::Device device = c10::Device(c10::kCPU);
-  std::string target;  // "[8, 10] float" — what is evaluated
   int64_t batch = -1;  // batch size, -1: no lazy batch
   int64_t chunk = -1;  // samples per chunk (the batch when it runs unsplit)
   int64_t chunks = 1;

@@ -96,7 +96,7 @@ void release_failed_backward() noexcept {
 // EvalOptions::reached_leaves, as an evaluation fills it.
 class ReachedLeaves {
  public:
-  explicit ReachedLeaves(Tensors* leaves) : leaves_(leaves), seen_(256), leaves_seen_(256) {}
+  explicit ReachedLeaves(Tensors* leaves) : leaves_(leaves) {}
 
   // Op `i` of `s` ran on `args` and gave a result that requires grad.
   void note(const Schedule& s, size_t i, const Tensors& args) {
@@ -150,7 +150,17 @@ at::Tensor result_of(const std::vector<Tensors>& results, int64_t p, const Node&
 Schedule make_schedule(const std::vector<const Node*>& roots,
                        const std::unordered_map<const Node*, at::Tensor>* given) {
   Schedule s;
-  NodeIndex position;
+  // The thread's scratch index, emptied after use (a plan of every step makes a schedule; a
+  // fresh index cost an allocation, and zeroing, of up to 16 bytes a slot, two slots a node).
+  thread_local NodeIndex scratch;
+  struct Emptied {  // after a failure, which may have left keys the order does not list
+    NodeIndex& index;
+    bool done = false;
+    ~Emptied() {
+      if (!done) index = NodeIndex();
+    }
+  } emptied{scratch};
+  NodeIndex& position = scratch;
   s.order = order_of(roots, given, position);
   s.with_given = given != nullptr;
   auto at = [&position](const Node* node) {
@@ -179,6 +189,8 @@ Schedule make_schedule(const std::vector<const Node*>& roots,
     s.roots.push_back(p);
     ++s.uses[p];  // roots are kept
   }
+  position.clear(s.order);
+  emptied.done = true;
   return s;
 }
 
