@@ -23,13 +23,22 @@
 // step to the eager step right after it (so that the machine's drift touches both alike);
 // "lazy - eager" the difference of the median times. The last row is the
 // 1001-node small-op graph of bench_planning (500 x (linear + tanh), batch 32, width 32,
-// .grad zeroed in place), lazy against plain LibTorch.
+// .grad zeroed in place), lazy against plain LibTorch, which of the two goes first alternating.
+//
+// "in runs" measures the same steps as a training loop takes them, one kind back to back:
+// rounds (as many steps as taking turns, at least 3 rounds) of 8 lazy steps and 8 eager
+// steps (which goes first alternates round by round; then
+// 8 LibTorch steps, not counted), each run's median over its last 7 steps; "lazy / eager"
+// there is the median, and quartiles, of the rounds' ratios, "lazy - eager" the difference of
+// the medians. Taking turns step by step, each step also finds the caches as the other
+// kind's step left them; in runs it finds them as its own previous step did.
 //
 // A model whose eager step takes less than 3 s / repeats gets more repeats (about 3 s of
 // steps of each kind, at most 40 x repeats); "lazy - eager" is the difference of the medians.
 //
 //   module_steps [device] [repeats] [corpus dir] [model]
-//     (default cpu, 11, the build tree's corpus, every model.)
+//     (default cpu, 11, the build tree's corpus, every model; "small_op_graph": only the
+//     1001-node graph.)
 //   KOILA_BENCH_PROFILE=lazy|eager: only that kind of step, KOILA_BENCH_STEPS times (default
 //     305) after two of each, and no table: for perf or callgrind.
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -143,7 +152,41 @@ struct Row {
   std::vector<double> firsts;      // first lazy steps again: a module loaded anew, every record forgotten
   std::vector<double> unfollowed;  // the same with the calibration's ops not followed
   std::vector<double> lazy, eager, plain, building;
+  // In runs (kRun steps of one kind back to back, as a training loop runs them): per run,
+  // the median of its steps after the first; ratios of each round's lazy run to its eager run.
+  std::vector<double> run_lazy, run_eager, run_ratios;
 };
+
+// Steps of one kind in a run of the runs' measurement; the first of each is not counted (it
+// finds the caches as the other kinds' runs left them).
+constexpr int kRun = 8;
+
+// Runs of kRun lazy and kRun eager steps, `rounds` of each, the order of the two (and of
+// `plain`, run last in each round, not counted) alternating round by round, into `r`.
+template <class Lazy, class Eager, class Plain>
+void measure_runs(int rounds, Row& r, Lazy&& lazy_step, Eager&& eager_step, Plain&& plain_step) {
+  auto run = [](auto&& step) {
+    std::vector<double> t;
+    for (int k = 0; k < kRun; ++k) {
+      const double s = timed(step);
+      if (k > 0) t.push_back(s);
+    }
+    return median(t);
+  };
+  for (int i = 0; i < rounds; ++i) {
+    double lazy = 0, eager = 0;
+    for (const bool lazy_run : {i % 2 == 0, i % 2 != 0}) {
+      if (lazy_run)
+        lazy = run(lazy_step);
+      else
+        eager = run(eager_step);
+    }
+    for (int k = 0; k < kRun; ++k) plain_step();
+    r.run_lazy.push_back(lazy);
+    r.run_eager.push_back(eager);
+    r.run_ratios.push_back(lazy / eager);
+  }
+}
 
 // The q-quantile of v (0 <= q <= 1).
 double quantile(std::vector<double> v, double q) {
@@ -166,11 +209,13 @@ void print_row(const std::string& what, int64_t batch, const Row& r) {
   if (!r.building.empty()) std::snprintf(building, sizeof building, "%.2f ms", median(r.building) * 1e3);
   std::printf(
       "| %s | %lld | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %s | %.2f ms | **%.3f** (%.3f-%.3f) | %+.0f us "
-      "| "
+      "| **%.3f** (%.3f-%.3f) | %+.0f us | "
       "%zu | %.2f ms | %.3f |\n",
       what.c_str(), static_cast<long long>(batch), r.first_lazy * 1e3, r.first_eager * 1e3, median(r.firsts) * 1e3,
       median(r.unfollowed) * 1e3, lazy * 1e3, building, eager * 1e3, median(ratios), quantile(ratios, 0.25),
-      quantile(ratios, 0.75), (lazy - eager) * 1e6, r.lazy.size(), plain * 1e3, median(plain_ratios));
+      quantile(ratios, 0.75), (lazy - eager) * 1e6, median(r.run_ratios), quantile(r.run_ratios, 0.25),
+      quantile(r.run_ratios, 0.75), (median(r.run_lazy) - median(r.run_eager)) * 1e6, r.lazy.size(), plain * 1e3,
+      median(plain_ratios));
 }
 
 }  // namespace
@@ -204,8 +249,9 @@ int main(int argc, char** argv) {
     std::printf(
         "| model (module mode) | batch | first lazy step | first eager step | first lazy step again | ops not followed "
         "| lazy step | "
-        "of which building | eager step | lazy / eager | lazy - eager | steps | LibTorch step | lazy / LibTorch |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "of which building | eager step | lazy / eager | lazy - eager | in runs: lazy / eager | in runs: lazy - eager "
+        "| steps | LibTorch step | lazy / LibTorch |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Entry& e : entries) {
       if (!only.empty() && e.name != only) continue;
       for (const std::string& mode : e.modes) {
@@ -257,10 +303,12 @@ int main(int argc, char** argv) {
           }
           r.plain.push_back(timed([&] { m.plain_step(); }));
         }
+        measure_runs(
+            std::max(3, n / kRun), r, [&] { m.step(true); }, [&] { m.step(false); }, [&] { m.plain_step(); });
         print_row(e.name + " (" + mode + ")", ref.input.size(0), r);
       }
     }
-    if (only.empty() && device == "cpu") {
+    if ((only.empty() || only == "small_op_graph") && device == "cpu") {
       // The small-op graph: koila's own ops, so "eager" is plain LibTorch.
       const bench::SmallOpGraph net(32, /*zero_in_place=*/true), eager_net(32, true);
       const at::Tensor xs = net.input();
@@ -286,11 +334,12 @@ int main(int argc, char** argv) {
         lazy_step();
         eager_step();
       }
-      for (int i = 0; i < std::max(repeats, 101); ++i) {
-        r.lazy.push_back(timed(lazy_step));
-        r.eager.push_back(timed(eager_step));
-      }
+      const int n = std::max(repeats, 101);
+      for (int i = 0; i < n; ++i)
+        for (const bool lazy : {i % 2 == 0, i % 2 != 0})  // (which goes first alternates)
+          lazy ? r.lazy.push_back(timed(lazy_step)) : r.eager.push_back(timed(eager_step));
       r.plain = r.eager;
+      measure_runs(std::max(repeats, n / kRun), r, lazy_step, eager_step, [] {});
       print_row("500 x (linear + tanh), 1001 nodes", bench::SmallOpGraph::kBatch, r);
     }
   } catch (const std::exception& e) {
