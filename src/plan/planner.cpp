@@ -266,7 +266,7 @@ uint64_t Plan::needed(uint64_t extra) const {
 
 std::string Plan::describe() const {
   std::ostringstream os;
-  // What is evaluated ("[8, 10] float"), written only here: formatting it at every plan cost
+  // What is evaluated ("[8, 10] Float"), written only here: formatting it at every plan cost
   // a stream's construction a step.
   os << (mode == RunMode::Training ? "backward from " : "evaluation of ");
   if (root)

@@ -152,18 +152,17 @@ Schedule make_schedule(const std::vector<const Node*>& roots,
   Schedule s;
   // The thread's scratch index, emptied after use (a plan of every step makes a schedule; a
   // fresh index cost an allocation, and zeroing, of up to 16 bytes a slot, two slots a node).
-  thread_local NodeIndex scratch;
+  thread_local NodeIndex position;
   struct Emptied {  // after a failure, which may have left keys the order does not list
     NodeIndex& index;
     bool done = false;
     ~Emptied() {
       if (!done) index = NodeIndex();
     }
-  } emptied{scratch};
-  NodeIndex& position = scratch;
+  } emptied{position};
   s.order = order_of(roots, given, position);
   s.with_given = given != nullptr;
-  auto at = [&position](const Node* node) {
+  auto at = [](const Node* node) {  // (position: the thread's)
     const uint32_t p = node ? position.find(node) : NodeIndex::kAbsent;
     if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "an evaluation of a null node");
     return static_cast<size_t>(p);
