@@ -548,6 +548,37 @@ TEST(Graph, PointerIndexKeepsWhatItStoredAsItGrows) {
   EXPECT_EQ(index.size(), objects.size());
 }
 
+TEST(Graph, PointerIndexHoldsAFewPointersInsideItselfAndItsCopiesAreTheirOwn) {
+  // The indexes a step makes hold a few dozen pointers in their own slots (no allocation);
+  // past that they move to the heap and keep every number. Copies and moves, inline or not,
+  // find what the original held, and what either stores later stays its own.
+  using Index = koila::PointerIndex<int>;
+  std::vector<std::unique_ptr<int>> objects;
+  for (int i = 0; i < 100; ++i) objects.push_back(std::make_unique<int>(i));
+  const uint32_t fits = Index::kInlineSlots / 2;
+  Index index;
+  for (uint32_t i = 0; i < fits; ++i) ASSERT_TRUE(index.insert(objects[i].get(), 7 * i));
+  EXPECT_TRUE(index.is_inline());
+  Index copy = index;
+  ASSERT_TRUE(copy.insert(objects[fits].get(), 1));  // the copy outgrows its slots, not the original
+  EXPECT_FALSE(copy.is_inline());
+  EXPECT_TRUE(index.is_inline());
+  EXPECT_FALSE(index.contains(objects[fits].get()));
+  for (uint32_t i = 0; i < fits; ++i) {
+    EXPECT_EQ(index.find(objects[i].get()), 7 * i);
+    EXPECT_EQ(copy.find(objects[i].get()), 7 * i);
+  }
+  EXPECT_EQ(copy.find(objects[fits].get()), 1u);
+  Index moved = std::move(copy);
+  for (uint32_t i = fits + 1; i < objects.size(); ++i) ASSERT_TRUE(moved.insert(objects[i].get(), i));
+  for (uint32_t i = 0; i < objects.size(); ++i)
+    EXPECT_EQ(moved.find(objects[i].get()), i < fits ? 7 * i : i == fits ? 1u : i);
+  const Index moved_inline = std::move(index);
+  EXPECT_TRUE(moved_inline.is_inline());
+  for (uint32_t i = 0; i < fits; ++i) EXPECT_EQ(moved_inline.find(objects[i].get()), 7 * i);
+  EXPECT_FALSE(Index(Index::kInlineSlots).is_inline());  // (more expected than fit: on the heap at once)
+}
+
 TEST(Graph, PointerIndexEmptiedByItsKeysIsAsNew) {
   // Schedules reuse one index per thread, emptied by the keys they put in: after that
   // nothing is found, the same or other keys go in with new numbers, and a key list that

@@ -127,8 +127,8 @@ BackwardOps::~BackwardOps() { remove_hooks(); }
 
 void BackwardOps::start(const std::vector<at::Tensor>& outputs) {
   finish();
-  std::vector<const FunctionRef*> stack;           // (held by the graph)
-  PointerIndex<torch::autograd::Node> seen(1024);  // (as autograd_leaves walks the same graph)
+  std::vector<const FunctionRef*> stack;     // (held by the graph)
+  PointerIndex<torch::autograd::Node> seen;  // (as autograd_leaves walks the same graph)
   for (const at::Tensor& out : outputs)
     if (out.defined() && out.grad_fn()) stack.push_back(&out.grad_fn());
   while (!stack.empty()) {

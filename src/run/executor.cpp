@@ -283,7 +283,7 @@ at::Tensor evaluate(const NodePtr& root, const EvalOptions& options) {
 Tensors autograd_leaves(const Tensors& outputs) {
   Tensors leaves;
   PointerIndex<c10::TensorImpl> seen_leaves;
-  PointerIndex<torch::autograd::Node> seen(1024);
+  PointerIndex<torch::autograd::Node> seen;   // (grows with the graph)
   std::vector<torch::autograd::Node*> stack;  // the outputs keep their graph alive
   auto add_leaf = [&](const at::Tensor& t) {
     if (seen_leaves.insert(t.unsafeGetTensorImpl(), 0)) leaves.push_back(t);
