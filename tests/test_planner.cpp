@@ -2,6 +2,7 @@
 // under tight budgets equal the unsplit ones (and plain LibTorch), and the measured peak
 // stays within the budget.
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "base/pointer_index.h"
 #include "helpers.h"
 #include "memory/cpu_allocator.h"
+#include "memory/machine_memory.h"
 #include "memory/run_memory.h"
 #include "models.h"
 #include "plan/memo.h"
@@ -132,6 +134,44 @@ TEST(Memory, Budgets) {
   ASSERT_OK(koila_memory_budget("cpu", &b));
   EXPECT_GT(b, current_cpu());
   EXPECT_NE(b, 123456789u);
+}
+
+// What the kernel says the process could still be given, read independently of koila: the
+// machine's MemAvailable, or less where the cgroup's limit is tighter.
+uint64_t kernel_free_cpu() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0, available = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") available = kib * 1024;
+  }
+  auto number = [](const char* path) {
+    std::ifstream in(path);
+    uint64_t n = 0;
+    return in >> n ? n : UINT64_MAX;  // ("max", or no such file)
+  };
+  const uint64_t limit = number("/sys/fs/cgroup/memory.max"), used = number("/sys/fs/cgroup/memory.current");
+  if (limit != UINT64_MAX && used != UINT64_MAX) available = std::min(available, limit > used ? limit - used : 0);
+  return available;
+}
+
+TEST(Memory, FreeCpuMemoryIsWhatTheKernelReports) {
+  // koila reads /proc/meminfo and the cgroup's files again and again from descriptors it
+  // keeps open: each reading is the kernel's figure of the moment (between an independent
+  // reading before and one after, give or take what other processes do meanwhile), not the
+  // first one's, nor a fallback's.
+  constexpr uint64_t kSlack = 256ull << 20;
+  std::vector<at::Tensor> held;
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t before = kernel_free_cpu();
+    const uint64_t read = koila::cpu_free_bytes();
+    const uint64_t after = kernel_free_cpu();
+    ASSERT_GT(before, 0u) << "this machine's /proc/meminfo has no MemAvailable";
+    EXPECT_GE(read + kSlack, std::min(before, after)) << "reading " << i;
+    EXPECT_LE(read, std::max(before, after) + kSlack) << "reading " << i;
+    held.push_back(at::ones({128 << 20}, at::kByte));  // 128 MiB more in use, written (so resident)
+  }
 }
 
 TEST(Memory, BadArguments) {
