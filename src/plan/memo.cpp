@@ -57,6 +57,7 @@ RootMemo& memo_of(const NodePtr& root) {
 void fixed_part(const Analysis& a, RunMode mode, Key* key, std::vector<const Node*>* concrete) {
   key->add(mode == RunMode::Training ? 1 : 2);
   const Schedule& s = a.whole;  // which node feeds which: the inputs' positions in the order
+  concrete->reserve(s.order.size());
   for (size_t i = 0; i < s.order.size(); ++i) {
     const Node* node = s.order[i];
     key->add(node->key);

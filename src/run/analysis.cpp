@@ -56,10 +56,7 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode) {
   a->root_batched = root->meta.batch_dim >= 0;
   if (a->root_batched) a->boundaries.clear();  // any reduction feeding it couples the batch already
   a->root_is_boundary = a->boundaries.size() == 1 && a->boundaries[0] == root.get();
-  if (a->root_is_boundary)
-    a->at_boundaries = a->whole;
-  else if (!a->boundaries.empty())
-    a->at_boundaries = make_schedule(a->boundaries);
+  if (!a->root_is_boundary && !a->boundaries.empty()) a->boundaries_only = make_schedule(a->boundaries);
   if (!a->root_batched && a->boundaries.empty() && a->coupled.empty())
     a->coupled = root->op + " gives a result that neither carries the batch nor reduces over it";
   return a;

@@ -26,8 +26,12 @@ struct Analysis {
   bool root_batched = false;            // the result carries the batch: chunks are concatenated
   std::vector<const Node*> boundaries;  // reductions over the batch the (unbatched) root depends on
   bool root_is_boundary = false;
-  // How to evaluate the root, and the boundaries (made once, run every step and chunk).
-  Schedule whole, at_boundaries;
+  // How to evaluate the root (made once, run every step and chunk).
+  Schedule whole;
+  // How to evaluate the boundaries: the whole schedule where the root is the one boundary
+  // (a loss reducing the batch, the usual training graph: not copied at every step's plan).
+  const Schedule& at_boundaries() const { return root_is_boundary ? whole : boundaries_only; }
+  Schedule boundaries_only;  // (the boundaries' schedule where they are not just the root)
 
   // The graph's nodes in topological order, root last.
   const std::vector<const Node*>& nodes() const { return whole.order; }

@@ -113,7 +113,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
-    Tensors values = evaluate(a.at_boundaries, options);
+    Tensors values = evaluate(a.at_boundaries(), options);
     for (size_t k = 0; k < n; ++k) {
       const Node& b = *a.boundaries[k];
       at::Tensor v = values[k];
@@ -486,7 +486,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     Tensors values;
     {
       const GradFusion::Forward fusing(fusion);
-      values = evaluate(a.at_boundaries, options);
+      values = evaluate(a.at_boundaries(), options);
     }
     Tensors grad_outputs(n);
     for (size_t k = 0; k < n; ++k) {
