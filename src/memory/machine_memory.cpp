@@ -22,9 +22,6 @@ namespace {
 class KernelFile {
  public:
   explicit KernelFile(const char* path) : fd_(::open(path, O_RDONLY | O_CLOEXEC)) {}
-  ~KernelFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   KernelFile(const KernelFile&) = delete;
   KernelFile& operator=(const KernelFile&) = delete;
 
@@ -81,9 +78,11 @@ void check_allocation(uint64_t bytes, const c10::Device& device) {
 }
 
 uint64_t cpu_free_bytes() {
-  static const KernelFile meminfo("/proc/meminfo");
-  static const KernelFile cgroup_max("/sys/fs/cgroup/memory.max");
-  static const KernelFile cgroup_current("/sys/fs/cgroup/memory.current");
+  // Never destroyed: a plan made by another static object's destructor at exit still reads
+  // them (the descriptors close with the process).
+  static const KernelFile& meminfo = *new KernelFile("/proc/meminfo");
+  static const KernelFile& cgroup_max = *new KernelFile("/sys/fs/cgroup/memory.max");
+  static const KernelFile& cgroup_current = *new KernelFile("/sys/fs/cgroup/memory.current");
   uint64_t available = mem_available(meminfo);
   if (available == 0) {
     const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
