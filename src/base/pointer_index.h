@@ -5,9 +5,10 @@
 //
 // The first kInlineSlots slots lie in the index itself: the indexes a training step makes
 // (the .grad states a plan reads, the leaves a backward reaches, those it adds into) hold a
-// few dozen pointers, and allocate nothing. An array of a kilobyte or more is a "large"
-// request to glibc's malloc, which first merges every small chunk freed since (its
-// fastbins; LibTorch frees thousands a step): each such index cost a step 1-3 us.
+// few dozen pointers, and allocate nothing. (An array of a kilobyte or more is a "large"
+// request to glibc's malloc, which first merges every small chunk freed since, LibTorch's
+// thousands a step: 1-3 us an index. The merge then falls to the next large request, a
+// tensor's, so a step as a whole did not get measurably faster: docs/BENCHMARKS.md §25.)
 #pragma once
 
 #include <algorithm>
@@ -103,8 +104,7 @@ class PointerIndex {
   // Moves every pointer into `capacity` (> kInlineSlots) slots on the heap.
   void rehash(size_t capacity) {
     std::vector<Slot> old(data(), data() + this->capacity());
-    heap_.assign(capacity, Slot{});
-    inline_.fill(Slot{});
+    heap_.assign(capacity, Slot{});  // (inline_ is no longer read)
     mask_ = capacity - 1;
     size_ = 0;
     for (const Slot& s : old)

@@ -26,11 +26,11 @@ std::map<std::string, uint64_t>& budgets() {
 }
 
 // The machine's free CPU memory, read at most every kFreeRefresh. The kernel computes
-// /proc/meminfo and the cgroup's files at each read: opened by path each time they took 65 us
-// a plan, about what planning a small model's training step takes otherwise (read with pread
-// from descriptors kept open, machine_memory.cpp, 5 us hot). Between readings, what koila's own tensors
-// took since (or gave back) is subtracted from (added to) the figure read, so that koila's
-// allocations show at once; other processes' show at the next reading.
+// /proc/meminfo and the cgroup's files at each read: opened by path at every plan they took
+// 65 us, about what planning a small model's training step takes otherwise (read with pread
+// from descriptors kept open, machine_memory.cpp, 5 us hot). Between readings, what koila's
+// own tensors took since (or gave back) is subtracted from (added to) the figure read, so
+// that koila's allocations show at once; other processes' show at the next reading.
 constexpr std::chrono::milliseconds kFreeRefresh{50};
 
 struct FreeReading {

@@ -56,11 +56,13 @@ uint64_t read_number(const KernelFile& file) {
 uint64_t mem_available(const KernelFile& meminfo) {
   char text[4096];  // (it is the third line; the file is about 1.5 KB)
   if (!meminfo.read(text, sizeof text)) return 0;
-  const char* line = std::strstr(text, "MemAvailable:");
+  static constexpr char kKey[] = "MemAvailable:";
+  const char* line = std::strstr(text, kKey);
   if (!line) return 0;
+  const char* number = line + sizeof kKey - 1;
   char* end = nullptr;
-  const unsigned long long kib = std::strtoull(line + std::strlen("MemAvailable:"), &end, 10);
-  return end == line + std::strlen("MemAvailable:") ? 0 : static_cast<uint64_t>(kib) * 1024;
+  const unsigned long long kib = std::strtoull(number, &end, 10);
+  return end == number ? 0 : static_cast<uint64_t>(kib) * 1024;
 }
 
 }  // namespace
