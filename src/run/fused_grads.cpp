@@ -235,6 +235,14 @@ GradFusion::Backward::~Backward() {
 
 namespace {
 
+// An unsplit pass fuses a linear layer only where its weight is this large. A smaller one's
+// gradient is made whole and added by AccumulateGrad, as LibTorch does: the temporary is
+// under a MiB, and the autograd function costs more time than that saves (its bookkeeping,
+// forward and backward, was about 1% of conv1d_net's step for a 48 -> 10 head: §26 of
+// docs/BENCHMARKS.md). A split pass fuses every linear layer, where each chunk after the
+// first would otherwise make that temporary again.
+constexpr int64_t kUnsplitLinearBytes = kWholeBytes;
+
 // Whether a layer built now records `session` (nonzero: a pass that may fuse) for its
 // weight: grad mode on, a weight that is a leaf requiring grad, input and bias (if any) of
 // its dtype, the bias one-dimensional.
@@ -249,7 +257,8 @@ bool records(uint64_t session, const at::Tensor& input, const at::Tensor& weight
 }  // namespace
 
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-  const uint64_t session = forward_session;
+  const bool large = weight.numel() * static_cast<int64_t>(weight.element_size()) >= kUnsplitLinearBytes;
+  const uint64_t session = forward_split || large ? forward_session : 0;
   const bool has_bias = bias.has_value() && bias->defined();
   if (!records(session, input, weight, bias) || weight.dim() != 2 || input.dim() < 1)
     return at::linear(input, weight, bias);

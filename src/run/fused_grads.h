@@ -1,12 +1,13 @@
 // Weight gradients added straight into .grad (issue 28, item 2). A pass whose gradients go
 // into the leaves' .grad (a committed run, or a probe into copied leaves: GradientTarget in
-// chunked_run.cpp) runs linear layers through fused_linear, and convolutions through
-// fused_convolution when it is split. When the backward reaches such a
-// layer while its weight already has a .grad (every chunk after the first, or a .grad zeroed
-// in place), the weight gradient is added into that .grad by the matrix product itself
-// (addmm_) instead of being made as a fresh tensor that AccumulateGrad then adds: a split
-// run holds no weight-sized temporary per layer on top of the gradients, so splitting pays
-// for models whose large fully connected layers dominate. Where the weight has no .grad yet
+// chunked_run.cpp) runs linear layers through fused_linear (when it is unsplit, only
+// those whose weight has 1 MiB or more), and convolutions through fused_convolution when it
+// is split. When the backward reaches such a layer while its weight already has a .grad
+// (every chunk after the first, or a .grad zeroed in place), the weight gradient is added
+// into that .grad by the matrix product itself (addmm_) instead of being made as a fresh
+// tensor that AccumulateGrad then adds: a split run holds no weight-sized temporary per
+// layer on top of the gradients, so splitting pays for models whose large fully connected
+// layers dominate. Where the weight has no .grad yet
 // (the first chunk), the gradient is made and handed to AccumulateGrad as LibTorch does,
 // which keeps it as the .grad without a copy.
 //
@@ -67,7 +68,9 @@ class GradFusion {
 };
 
 // at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
-// requiring grad, through an autograd function whose backward fuses as described above.
+// requiring grad, through an autograd function whose backward fuses as described above; in
+// an unsplit pass only for weights of 1 MiB or more (a smaller weight's temporary is small,
+// and LibTorch's own linear is faster than the autograd function).
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias);
 
 // at::conv1d, conv2d or conv3d (by the weight's rank); inside a Forward scope of a split
