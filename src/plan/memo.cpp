@@ -81,6 +81,7 @@ Key structure_key(const NodePtr& root, const Analysis& a, RunMode mode, Key* wit
   Key key = cache.fixed[m];
   Key& bare = *without_grads;
   bare = key;
+  if (starts && mode == RunMode::Training) starts->reserve(cache.concrete[m].size());
   for (const Node* node : cache.concrete[m]) {
     const uint64_t flags = (node->value.requires_grad() ? 3 : 4) * 2 + (node->value.is_contiguous() ? 5 : 6);
     key.add(flags);

@@ -24,9 +24,12 @@ namespace {
 std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
                                   const std::unordered_map<const Node*, at::Tensor>* given_values, NodeIndex& done) {
   std::vector<const Node*> order;
+  order.reserve(32);  // (a step's small graph without growing it four times)
+  std::vector<std::pair<const Node*, size_t>> stack;
+  stack.reserve(16);
   for (const Node* root : roots) {
     if (!root || done.contains(root)) continue;
-    std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
+    stack.emplace_back(root, 0);
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       const bool given = given_values && given_values->count(node);
@@ -169,6 +172,9 @@ Schedule make_schedule(const std::vector<const Node*>& roots,
   };
   s.uses.assign(s.order.size(), 0);
   s.input_start.reserve(s.order.size() + 1);
+  size_t inputs = 0;  // (the nodes were just visited: counting first costs less than growing)
+  for (const Node* node : s.order) inputs += node->inputs.size();
+  s.inputs.reserve(inputs);
   for (const Node* node : s.order) {
     s.input_start.push_back(s.inputs.size());
     if (given && given->count(node)) continue;  // its value is given: its inputs are not visited

@@ -23,6 +23,9 @@ class GradStarts {
   // How `leaf`'s .grad stands: as noted, when nothing changed it since; else read.
   GradStart of(const at::Tensor& leaf) const;
 
+  // Room for `leaves` leaves to be read without growing.
+  void reserve(size_t leaves) { noted_.reserve(leaves); }
+
  private:
   struct Noted {
     GradStart start;
