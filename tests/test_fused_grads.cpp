@@ -99,6 +99,63 @@ TEST(FusedGrads, HeldGradientsAddUpSplitOrNot) {
   m.set_grads_absent();
 }
 
+// An unsplit pass into zeroed .grad: a lone small linear layer runs as LibTorch's own (its
+// autograd function would cost the pass more than its saved addition), a pass of several
+// fuses them all, and a lone layer of 1 MiB or more still fuses (its temporary is not
+// small). Gradients equal eager LibTorch's in each case, and the estimate is the run's.
+TEST(FusedGrads, AnUnsplitPassFusesASmallLinearLayerOnlyAmongOthers) {
+  struct Case {
+    const char* what;
+    std::vector<int64_t> widths;  // input width, then each layer's output width
+    uint64_t fused;
+  };
+  const Case cases[] = {{"one small layer", {256, 10}, 0},
+                        {"two small layers", {256, 256, 10}, 2},
+                        {"one layer of 1.2 MB", {600, 512}, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    at::manual_seed(43);
+    const int64_t batch = 64;
+    std::vector<at::Tensor> params;
+    for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
+      params.push_back((at::randn({c.widths[i + 1], c.widths[i]}) * 0.05).requires_grad_(true));
+      params.push_back((at::randn({c.widths[i + 1]}) * 0.01).requires_grad_(true));
+    }
+    const at::Tensor xs = at::randn({batch, c.widths[0]});
+    at::Tensor eager = xs;
+    for (size_t i = 0; i < params.size(); i += 2) {
+      eager = at::linear(eager, params[i], params[i + 1]);
+      if (i + 2 < params.size()) eager = at::tanh(eager);
+    }
+    eager.square().mean().backward();
+    std::vector<at::Tensor> expected;
+    for (const at::Tensor& t : params) expected.push_back(t.grad().clone());
+
+    std::vector<Handle> p;
+    for (const at::Tensor& t : params) p.push_back(koila_models::share(t));
+    Handle h = koila_models::lazy(xs, 0);
+    for (size_t i = 0; i < p.size(); i += 2) {
+      h = CALL(koila_linear, h.get(), p[i].get(), p[i + 1].get());
+      if (i + 2 < p.size()) h = CALL(koila_tanh, h.get());
+    }
+    Handle sq = CALL(koila_mul, h.get(), h.get());
+    Handle loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
+    koila::testing::forget_graph_records();
+    for (const at::Tensor& t : params) t.mutable_grad() = at::zeros_like(t);  // zeroed in place, as zero_grad
+    const uint64_t estimated = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
+    const uint64_t fused_before = koila::fused_weight_gradients(), before = current_cpu();
+    koila_status_free(koila_memory_reset_peak("cpu"));
+    koila::ChunkRun run;  // unsplit
+    koila::backward_chunks(loss->node, koila::analysis_of(loss->node, koila::RunMode::Training), run);
+    const uint64_t measured = peak_cpu() - before;
+    EXPECT_EQ(koila::fused_weight_gradients() - fused_before, c.fused);
+    std::vector<at::Tensor> got;
+    for (const at::Tensor& t : params) got.push_back(t.grad().clone());
+    expect_grads(got, expected, c.what, 1e-5);
+    EXPECT_LE(std::abs(error(estimated, measured)), 0.01) << "estimated " << estimated << ", measured " << measured;
+  }
+}
+
 // TorchScript modules: the linear layers of the clone a call runs are koila::linear
 // (op_routes.h), so a split backward fuses there too; gradients equal LibTorch's own run
 // of the module, and what koila_module_save writes still calls aten::linear.

@@ -170,6 +170,7 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   node->signature = spec.signature;
   node->mutates_state = spec.mutates_state;
   node->runs_program = spec.runs_program;
+  node->linear_layers = spec.linear_layers;
   node->stats_counters = std::move(spec.stats_counters);
   node->stats_buffers = std::move(spec.stats_buffers);
   const c10::Device device = common_device(inputs);

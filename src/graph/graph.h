@@ -69,6 +69,7 @@ struct Node {
   BatchReduction reduction = BatchReduction::None;
   bool mutates_state = false;  // see OpSpec::mutates_state
   bool runs_program = false;   // see OpSpec::runs_program
+  uint32_t linear_layers = 0;  // see OpSpec::linear_layers
   // A result node: its one input is a node with `run_all`, and its value is that node's
   // result number `result`, which the evaluation keeps for it. -1: not a result node.
   int64_t result = -1;
@@ -131,6 +132,10 @@ struct OpSpec {
   // The op runs a program of many LibTorch ops (a module call): the calibration of
   // estimates follows those one by one (plan/estimate.cpp), not the node as one op.
   bool runs_program = false;
+  // How many linear layers the op runs (koila_linear: 1; a module call: the linear calls of
+  // its program): a pass fuses small linear layers only where it runs more than one
+  // (fused_grads.h).
+  uint32_t linear_layers = 0;
   // Counters the op increments before each batch norm it runs (a module's
   // num_batches_tracked): chunks with their own batch statistics restore them between
   // chunks (batch_stats.h).

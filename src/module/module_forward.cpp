@@ -74,7 +74,7 @@ std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& 
   if (!m.runnable) {
     try {
       m.runnable = m.module.clone(/*inplace=*/true);
-      route_ops(*m.runnable);  // the clone's graphs only: the loaded module saves as it was loaded
+      route_ops(*m.runnable, &m.linear_calls);  // the clone's graphs only: the loaded module saves as loaded
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
@@ -111,6 +111,7 @@ NodePtr build_call(LoadedModule& m, OpSpec spec, const Call& call, const std::ve
   spec.shown_inputs = inputs.size();
   spec.mutates_state = true;  // buffers (batch norm's running statistics) may change
   spec.runs_program = true;
+  spec.linear_layers = static_cast<uint32_t>(std::min<size_t>(m.linear_calls, UINT32_MAX));
   spec.stats_counters = call.batch_norm_counters;
   spec.stats_buffers = call.batch_norm_buffers;
   std::vector<NodePtr> all = inputs;

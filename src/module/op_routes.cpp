@@ -46,11 +46,13 @@ struct Route {
   c10::Symbol from, to;
 };
 
-size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes) {
+// Reroutes the calls in `block` (and its inner blocks); returns how many, and adds those
+// that now call `counted` to `*of_counted`.
+size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes, c10::Symbol counted, size_t* of_counted) {
   size_t count = 0;
   for (auto it = block->nodes().begin(); it != block->nodes().end();) {
     torch::jit::Node* node = *it++;  // before the node is destroyed
-    for (torch::jit::Block* inner : node->blocks()) count += reroute(inner, routes);
+    for (torch::jit::Block* inner : node->blocks()) count += reroute(inner, routes, counted, of_counted);
     const Route* route = nullptr;
     for (const Route& r : routes)
       if (node->kind() == r.from) route = &r;
@@ -66,13 +68,14 @@ size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes) {
     }
     node->destroy();
     ++count;
+    if (route->to == counted) ++*of_counted;
   }
   return count;
 }
 
 }  // namespace
 
-size_t route_ops(const torch::jit::Module& runnable) {
+size_t route_ops(const torch::jit::Module& runnable, size_t* linear_calls) {
   define_operators();
   const std::vector<Route> routes = {
       {c10::Symbol::fromQualString("aten::batch_norm"), c10::Symbol::fromQualString("koila::batch_norm")},
@@ -81,17 +84,24 @@ size_t route_ops(const torch::jit::Module& runnable) {
       {c10::Symbol::fromQualString("aten::conv2d"), c10::Symbol::fromQualString("koila::conv2d")},
       {c10::Symbol::fromQualString("aten::conv3d"), c10::Symbol::fromQualString("koila::conv3d")},
   };
-  size_t count = 0;
+  size_t count = 0, linear = 0, ignored = 0;
+  const c10::Symbol koila_linear = c10::Symbol::fromQualString("koila::linear");
   std::unordered_set<const torch::jit::Function*> done;  // (submodules may share a type)
+  bool top = true;                                       // (modules() lists the module itself first)
   for (const torch::jit::Module& m : runnable.modules()) {
     for (const torch::jit::Method& method : m.get_methods()) {
       torch::jit::Function& fn = method.function();
       if (!fn.isGraphFunction() || !done.insert(&fn).second) continue;
       const std::shared_ptr<torch::jit::Graph> graph = torch::jit::toGraphFunction(fn).graph();
-      torch::jit::Inline(*graph);  // the free functions it calls (F.batch_norm) become its own
-      count += reroute(graph->block(), routes);
+      // The free functions and submodule methods it calls (F.batch_norm, a layer's forward)
+      // become its own: the module's forward then holds every call a call of it runs.
+      torch::jit::Inline(*graph);
+      const bool forward = top && method.name() == "forward";
+      count += reroute(graph->block(), routes, koila_linear, forward ? &linear : &ignored);
     }
+    top = false;
   }
+  if (linear_calls) *linear_calls = linear;
   return count;
 }
 

@@ -20,7 +20,9 @@
 namespace koila {
 
 // Rewrites every method of `runnable` and of its submodules (inlining first), before any of
-// them runs. Returns how many calls it rerouted.
-size_t route_ops(const torch::jit::Module& runnable);
+// them runs. Returns how many calls it rerouted; `linear_calls`, when given, gets how many
+// of those in the module's own forward (its submodules' inlined) call koila::linear (as
+// written: a loop that runs one several times counts it once).
+size_t route_ops(const torch::jit::Module& runnable, size_t* linear_calls = nullptr);
 
 }  // namespace koila

@@ -174,7 +174,8 @@ NodePtr linear(const char* name, const NodePtr& input, const NodePtr& w, const N
   if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
   OpSpec spec{.name = name,
               .run = [](const Tensors& in, const Node&) { return fused_linear(in[0], in[1], in[2]); },
-              .batch = batch::same_dims_except({rank_of(input) - 1}, "contracts")};
+              .batch = batch::same_dims_except({rank_of(input) - 1}, "contracts"),
+              .linear_layers = 1};
   // LibTorch's meta kernels (1.13) accept mixed dtypes, where running linear does not.
   if (w->meta.dtype != input->meta.dtype || (b && b->meta.dtype != input->meta.dtype))
     fail(KOILA_ERROR_DTYPE, std::string("linear needs x, weight and bias of one dtype, got ") +

@@ -34,6 +34,7 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode) {
       }
     }
     if (node->kind != NodeKind::Op) continue;
+    a->linear_layers += node->linear_layers;
     if (!node->couples.empty() && a->coupled.empty()) a->coupled = node->op + " " + node->couples;
     if (!node->stats_couples.empty() && a->stats_coupled.empty())
       a->stats_coupled = node->op + " " + node->stats_couples;

@@ -24,6 +24,7 @@ struct Analysis {
   // policy in force (see coupling()).
   std::string stats_coupled;
   bool root_batched = false;            // the result carries the batch: chunks are concatenated
+  uint64_t linear_layers = 0;           // how many linear layers its ops run (Node::linear_layers)
   std::vector<const Node*> boundaries;  // reductions over the batch the (unbatched) root depends on
   bool root_is_boundary = false;
   // How to evaluate the root (made once, run every step and chunk).

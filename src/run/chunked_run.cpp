@@ -382,7 +382,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   // Passes whose gradients go into .grad run linear layers that may add their weight
   // gradients into it directly (fused_grads.h); where gradients are computed whole, the
   // backward runs outside a GradFusion::Backward and nothing is fused.
-  const GradFusion fusion(run.commit || run.into_copied_leaves, a.splits(run.chunk));
+  const GradFusion fusion(run.commit || run.into_copied_leaves, a.splits(run.chunk), a.linear_layers > 1);
   if (!a.splits(run.chunk)) {
     ChunkStats stats(stats_handling(a, run), a.nodes());
     EvalOptions options = options_for(run);
@@ -401,6 +401,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     mark_backward(run, {value});
     const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, counts.counts) : LossReduction{};
     std::vector<GradStart> starts;  // read once (a zero .grad is found by reading it whole)
+    starts.reserve(leaves.size());
     if (run.commit)
       for (const at::Tensor& leaf : leaves) starts.push_back(GradientTarget::start_of(run, leaf));
     const bool none_held = std::find(starts.begin(), starts.end(), GradStart::Held) == starts.end();

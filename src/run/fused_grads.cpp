@@ -14,8 +14,9 @@ namespace {
 std::atomic<uint64_t> next_id{1};
 std::atomic<bool> fusion_on{true};
 std::atomic<uint64_t> fused_count{0};
-thread_local uint64_t forward_session = 0;  // the pass whose Forward scope this thread is in
-thread_local bool forward_split = false;    // whether that pass runs in several chunks
+thread_local uint64_t forward_session = 0;      // the pass whose Forward scope this thread is in
+thread_local bool forward_split = false;        // whether that pass runs in several chunks
+thread_local bool forward_small_fused = false;  // whether that pass fuses small linear layers
 
 // The passes whose backward is adding into .grad now (few at a time: one per thread running
 // a backward).
@@ -209,16 +210,20 @@ struct FusedConvolutionWithBias : torch::autograd::Function<FusedConvolutionWith
 
 }  // namespace
 
-GradFusion::GradFusion(bool on, bool split) : id_(on && fusion_on.load() ? next_id.fetch_add(1) : 0), split_(split) {}
+GradFusion::GradFusion(bool on, bool split, bool several_linear)
+    : id_(on && fusion_on.load() ? next_id.fetch_add(1) : 0), split_(split), small_fused_(split || several_linear) {}
 
-GradFusion::Forward::Forward(const GradFusion& fusion) : previous_(forward_session), previous_split_(forward_split) {
+GradFusion::Forward::Forward(const GradFusion& fusion)
+    : previous_(forward_session), previous_split_(forward_split), previous_small_fused_(forward_small_fused) {
   forward_session = fusion.id_;
   forward_split = fusion.split_;
+  forward_small_fused = fusion.small_fused_;
 }
 
 GradFusion::Forward::~Forward() {
   forward_session = previous_;
   forward_split = previous_split_;
+  forward_small_fused = previous_small_fused_;
 }
 
 GradFusion::Backward::Backward(const GradFusion& fusion) : id_(fusion.id_) {
@@ -235,13 +240,15 @@ GradFusion::Backward::~Backward() {
 
 namespace {
 
-// An unsplit pass fuses a linear layer only where its weight is this large. A smaller one's
-// gradient is made whole and added by AccumulateGrad, as LibTorch does: the temporary is
-// under a MiB, and the autograd function costs more time than that saves (its bookkeeping,
-// forward and backward, was about 1% of conv1d_net's step for a 48 -> 10 head: §26 of
-// docs/BENCHMARKS.md). A split pass fuses every linear layer, where each chunk after the
-// first would otherwise make that temporary again.
-constexpr int64_t kUnsplitLinearBytes = kWholeBytes;
+// Linear layers whose weight is smaller than this are small: an unsplit pass that runs only
+// one linear layer does not fuse it when it is small. Its gradient is then made whole and
+// added by AccumulateGrad, as LibTorch does: the temporary is under a MiB, and the autograd
+// function costs a pass more time than one small layer's saved addition repays (conv1d_net's
+// one fused 48 -> 10 head cost its step 6-8 us, 1-1.3%, where each layer of a pass of 500
+// saves 1-2 us: §26 of docs/BENCHMARKS.md). A pass of several linear layers fuses them all
+// (transformers, MLPs: faster than LibTorch's own linear), and a split pass fuses every one,
+// where each chunk after the first would otherwise make the temporary again.
+constexpr int64_t kSmallLinearBytes = kWholeBytes;
 
 // Whether a layer built now records `session` (nonzero: a pass that may fuse) for its
 // weight: grad mode on, a weight that is a leaf requiring grad, input and bias (if any) of
@@ -257,11 +264,12 @@ bool records(uint64_t session, const at::Tensor& input, const at::Tensor& weight
 }  // namespace
 
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-  const bool large = weight.numel() * static_cast<int64_t>(weight.element_size()) >= kUnsplitLinearBytes;
-  const uint64_t session = forward_split || large ? forward_session : 0;
+  const uint64_t session = forward_session;
   const bool has_bias = bias.has_value() && bias->defined();
   if (!records(session, input, weight, bias) || weight.dim() != 2 || input.dim() < 1)
     return at::linear(input, weight, bias);
+  const bool large = weight.numel() * static_cast<int64_t>(weight.element_size()) >= kSmallLinearBytes;
+  if (!large && !forward_small_fused) return at::linear(input, weight, bias);
   if (has_bias) return FusedLinearWithBias::apply(input, weight, *bias, static_cast<int64_t>(session));
   return FusedLinear::apply(input, weight, static_cast<int64_t>(session));
 }

@@ -1,8 +1,8 @@
 // Weight gradients added straight into .grad (issue 28, item 2). A pass whose gradients go
 // into the leaves' .grad (a committed run, or a probe into copied leaves: GradientTarget in
-// chunked_run.cpp) runs linear layers through fused_linear (when it is unsplit, only
-// those whose weight has 1 MiB or more), and convolutions through fused_convolution when it
-// is split. When the backward reaches such a layer while its weight already has a .grad
+// chunked_run.cpp) runs linear layers through fused_linear (an unsplit pass of one linear
+// layer only when its weight has 1 MiB or more), and convolutions through fused_convolution
+// when it is split. When the backward reaches such a layer while its weight already has a .grad
 // (every chunk after the first, or a .grad zeroed in place), the weight gradient is added
 // into that .grad by the matrix product itself (addmm_) instead of being made as a fresh
 // tensor that AccumulateGrad then adds: a split run holds no weight-sized temporary per
@@ -34,8 +34,9 @@ namespace koila {
 class GradFusion {
  public:
   // `split`: the pass runs in several chunks (convolutions fuse only there, see
-  // fused_convolution).
-  GradFusion(bool on, bool split);
+  // fused_convolution). `several_linear`: the pass runs more than one linear layer (an
+  // unsplit pass fuses a small one only then, see fused_linear).
+  GradFusion(bool on, bool split, bool several_linear = true);
   GradFusion(const GradFusion&) = delete;
   GradFusion& operator=(const GradFusion&) = delete;
 
@@ -49,6 +50,7 @@ class GradFusion {
    private:
     uint64_t previous_;
     bool previous_split_;
+    bool previous_small_fused_;
   };
 
   class Backward {
@@ -65,12 +67,14 @@ class GradFusion {
  private:
   uint64_t id_;  // 0: off
   bool split_;
+  bool small_fused_;  // linear layers under 1 MiB fuse too
 };
 
 // at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
 // requiring grad, through an autograd function whose backward fuses as described above; in
-// an unsplit pass only for weights of 1 MiB or more (a smaller weight's temporary is small,
-// and LibTorch's own linear is faster than the autograd function).
+// an unsplit pass that runs no other linear layer (GradFusion's `several_linear`) only for a
+// weight of 1 MiB or more (a smaller weight's temporary is small, and LibTorch's own linear
+// costs the pass less than the autograd function).
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias);
 
 // at::conv1d, conv2d or conv3d (by the weight's rank); inside a Forward scope of a split
