@@ -334,7 +334,10 @@ int main(int argc, char** argv) {
         lazy_step();
         eager_step();
       }
-      const int n = std::max(repeats, 101);
+      // 401 steps of each: the ratios of single steps of this graph spread over 0.95-1.17 (its
+      // eager step is 11-16 ms of small ops); four times the steps halve the sampling error of
+      // their median (BENCHMARKS §26).
+      const int n = std::max(repeats, 401);
       for (int i = 0; i < n; ++i)
         for (const bool lazy : {i % 2 == 0, i % 2 != 0})  // (which goes first alternates)
           lazy ? r.lazy.push_back(timed(lazy_step)) : r.eager.push_back(timed(eager_step));
