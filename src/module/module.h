@@ -41,8 +41,8 @@ struct LoadedModule {
   // executors, which koila always runs unoptimized), sharing every tensor. Made at the
   // first call; the caller's module may meanwhile run optimized plans of its own.
   std::optional<torch::jit::Module> runnable = std::nullopt;
-  // How many linear calls the runnable's methods make (route_ops), for the fusion of weight
-  // gradients (OpSpec::linear_layers).
+  // How many linear calls the runnable's forward makes, its submodules' inlined (route_ops),
+  // for the fusion of weight gradients (OpSpec::linear_layers).
   size_t linear_calls = 0;
   // What the inference of its calls found, per structure of call (made at the first call).
   std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
