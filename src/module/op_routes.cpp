@@ -47,7 +47,7 @@ struct Route {
 };
 
 // Reroutes the calls in `block` (and its inner blocks); returns how many, and adds those
-// that now call `counted` to `*of_counted`.
+// that now call `counted` to `*of_counted` when given.
 size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes, c10::Symbol counted, size_t* of_counted) {
   size_t count = 0;
   for (auto it = block->nodes().begin(); it != block->nodes().end();) {
@@ -68,7 +68,7 @@ size_t reroute(torch::jit::Block* block, const std::vector<Route>& routes, c10::
     }
     node->destroy();
     ++count;
-    if (route->to == counted) ++*of_counted;
+    if (of_counted && route->to == counted) ++*of_counted;
   }
   return count;
 }
@@ -84,7 +84,7 @@ size_t route_ops(const torch::jit::Module& runnable, size_t* linear_calls) {
       {c10::Symbol::fromQualString("aten::conv2d"), c10::Symbol::fromQualString("koila::conv2d")},
       {c10::Symbol::fromQualString("aten::conv3d"), c10::Symbol::fromQualString("koila::conv3d")},
   };
-  size_t count = 0, linear = 0, ignored = 0;
+  size_t count = 0, linear = 0;
   const c10::Symbol koila_linear = c10::Symbol::fromQualString("koila::linear");
   std::unordered_set<const torch::jit::Function*> done;  // (submodules may share a type)
   bool top = true;                                       // (modules() lists the module itself first)
@@ -97,7 +97,7 @@ size_t route_ops(const torch::jit::Module& runnable, size_t* linear_calls) {
       // become its own: the module's forward then holds every call a call of it runs.
       torch::jit::Inline(*graph);
       const bool forward = top && method.name() == "forward";
-      count += reroute(graph->block(), routes, koila_linear, forward ? &linear : &ignored);
+      count += reroute(graph->block(), routes, koila_linear, forward ? &linear : nullptr);
     }
     top = false;
   }

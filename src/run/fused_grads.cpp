@@ -168,7 +168,7 @@ torch::autograd::variable_list convolution_backward(torch::autograd::AutogradCon
   }
   if (grad.defined()) {
     const int64_t out = w.size(0);
-    const int64_t bytes = w.numel() * static_cast<int64_t>(w.element_size());
+    const int64_t bytes = static_cast<int64_t>(w.nbytes());
     const int64_t slices = bytes < kWholeBytes ? 1 : std::min<int64_t>(kSlices, out);
     const int64_t step = (out + slices - 1) / slices;
     for (int64_t o = 0; o < out; o += step) {
@@ -268,7 +268,7 @@ at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const
   const bool has_bias = bias.has_value() && bias->defined();
   if (!records(session, input, weight, bias) || weight.dim() != 2 || input.dim() < 1)
     return at::linear(input, weight, bias);
-  const bool large = weight.numel() * static_cast<int64_t>(weight.element_size()) >= kSmallLinearBytes;
+  const bool large = static_cast<int64_t>(weight.nbytes()) >= kSmallLinearBytes;
   if (!large && !forward_small_fused) return at::linear(input, weight, bias);
   if (has_bias) return FusedLinearWithBias::apply(input, weight, *bias, static_cast<int64_t>(session));
   return FusedLinear::apply(input, weight, static_cast<int64_t>(session));
