@@ -2,6 +2,8 @@
 // weight gradients into the weight's .grad inside the matrix product (run/fused_grads.h),
 // so that a split run holds no weight-sized temporary per layer and splitting pays where
 // gradients dominate. Checked against eager LibTorch's gradients and koila's allocator.
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "grad_helpers.h"
@@ -99,8 +101,8 @@ TEST(FusedGrads, HeldGradientsAddUpSplitOrNot) {
   m.set_grads_absent();
 }
 
-// An unsplit pass into zeroed .grad: a lone small linear layer runs as LibTorch's own (its
-// autograd function would cost the pass more than its saved addition), a pass of several
+// An unsplit pass into zeroed .grad: a lone small linear layer runs as LibTorch's own
+// (fusing one small layer saves no time: BENCHMARKS §26), a pass of several
 // fuses them all, and a lone layer of 1 MiB or more still fuses (its temporary is not
 // small). Gradients equal eager LibTorch's in each case, and the estimate is the run's.
 TEST(FusedGrads, AnUnsplitPassFusesASmallLinearLayerOnlyAmongOthers) {
@@ -193,6 +195,76 @@ TEST(FusedGrads, ModulesFuseTheirLinearLayers) {
   });
   EXPECT_EQ(koila_ops, 0u);
   EXPECT_EQ(count_calls(graphs, "linear").first, 2u);
+}
+
+// The autograd node of a fused layer, written as LibTorch writes its own: named as its
+// timelines show it, its result not a view (a batch of matrices reshapes the product), its
+// forward LibTorch's linear bit for bit, and its backward LibTorch's gradients for the
+// input, the weight (added into the zeroed .grad) and the bias. Its saved input is
+// version-checked as LibTorch's nodes check theirs, and a second backward without
+// retain_graph is refused, as LibTorch refuses it.
+TEST(FusedGrads, TheLinearNodeBehavesAsLibTorchsOwn) {
+  for (const bool bias : {true, false}) {
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{6, 5}, {3, 4, 5}, {5}}) {
+      SCOPED_TRACE(std::string(bias ? "with bias, " : "without bias, ") + "input rank " + std::to_string(shape.size()));
+      at::manual_seed(61);
+      const at::Tensor x = at::randn(shape).requires_grad_(true), w = at::randn({7, 5}).requires_grad_(true);
+      const at::Tensor b = bias ? at::randn({7}).requires_grad_(true) : at::Tensor();
+      const c10::optional<at::Tensor> b_opt = bias ? c10::optional<at::Tensor>(b) : c10::nullopt;
+      const at::Tensor eager = at::linear(x, w, b_opt);
+      const at::Tensor g = at::randn(eager.sizes());
+      const std::vector<at::Tensor> leaves = bias ? std::vector<at::Tensor>{x, w, b} : std::vector<at::Tensor>{x, w};
+      const std::vector<at::Tensor> expected = torch::autograd::grad({eager}, leaves, {g});
+
+      const koila::GradFusion fusion(/*on=*/true, /*split=*/true);
+      at::Tensor y;
+      {
+        const koila::GradFusion::Forward fusing(fusion);
+        y = koila::fused_linear(x, w, b_opt);
+      }
+      ASSERT_TRUE(y.grad_fn());
+      EXPECT_EQ(y.grad_fn()->name(), bias ? "FusedLinearWithBiasBackward" : "FusedLinearBackward");
+      EXPECT_EQ(y.grad_fn()->next_edges().size(), bias ? 3u : 2u);
+      EXPECT_FALSE(y.is_view());
+      EXPECT_TRUE(at::equal(y.detach(), eager.detach()));
+      w.mutable_grad() = at::zeros_like(w);  // zeroed in place: the product adds into it
+      const uint64_t fused_before = koila::fused_weight_gradients();
+      {
+        const koila::GradFusion::Backward adding(fusion);
+        y.backward(g);
+      }
+      EXPECT_EQ(koila::fused_weight_gradients() - fused_before, 1u);
+      EXPECT_TRUE(at::allclose(x.grad(), expected[0], 1e-5, 1e-6));
+      EXPECT_TRUE(at::allclose(w.grad(), expected[1], 1e-5, 1e-6));
+      if (bias) {
+        EXPECT_TRUE(at::allclose(b.grad(), expected[2], 1e-5, 1e-6));
+      }
+      try {
+        y.backward(g);
+        ADD_FAILURE() << "a second backward through a released node ran";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+      }
+
+      // The saved input changed in place after the forward: the backward says so.
+      const at::Tensor h = x * 2;
+      at::Tensor z;
+      {
+        const koila::GradFusion::Forward fusing(fusion);
+        z = koila::fused_linear(h, w, b_opt);
+      }
+      {
+        c10::NoGradGuard no_grad;
+        h.add_(1);
+      }
+      try {
+        z.backward(g);
+        ADD_FAILURE() << "a backward from a changed input ran";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("inplace operation"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 // Outside a backward into .grad (a forward, a read with gradients off, an eager call),

@@ -17,9 +17,10 @@ namespace {
 constexpr std::string_view kBackwardPrefix = "autograd::engine::evaluate_function: ";
 
 // A C++ autograd function's node is named after its class
-// ("torch::autograd::CppNode<koila::(anonymous namespace)::FusedLinear>"): read as the
-// class's own name ("FusedLinear"), with `suffix` "Backward" to add, as LibTorch names its
-// nodes. A view of `name`.
+// ("torch::autograd::CppNode<koila::(anonymous namespace)::FusedConvolution>"): read as the
+// class's own name ("FusedConvolution"), with `suffix` "Backward" to add, as LibTorch names
+// its nodes. A view of `name`. (Nodes written as LibTorch writes its own, as koila's fused
+// linear backward is, name themselves.)
 std::string_view readable(std::string_view name, std::string_view* suffix) {
   const size_t open = name.find("CppNode<");
   const size_t close = name.rfind('>');

@@ -40,8 +40,8 @@ class OpListener {
   virtual ~OpListener() = default;
   // Whether ops are followed now (ops that start while not are not told).
   virtual bool listening() const = 0;
-  // A top-level op ended, named `name` followed by `suffix` (koila's own autograd functions:
-  // "FusedLinear" and "Backward"; otherwise empty), views valid during the call;
+  // A top-level op ended, named `name` followed by `suffix` (koila's autograd functions:
+  // "FusedConvolution" and "Backward"; otherwise empty), views valid during the call;
   // `backward`: it is an autograd function of a backward.
   virtual void op_ended(std::string_view name, std::string_view suffix, bool backward) = 0;
 };

@@ -2,10 +2,14 @@
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace koila {
@@ -36,7 +40,7 @@ bool takes_addition(const at::Tensor& grad, const at::Tensor& weight) {
          grad.sizes() == weight.sizes() && grad.is_contiguous();
 }
 
-// What every fused function's backward needs of its forward: the input and the weight (for
+// What a fused convolution's backward needs of its forward: the input and the weight (for
 // the products, version-checked), the leaf itself (whose .grad the backward reads) and the
 // pass.
 void save_weight(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t session) {
@@ -47,66 +51,98 @@ void save_weight(torch::autograd::AutogradContext* ctx, const at::Tensor& x, con
 
 // The .grad the backward adds the weight's gradient into, or an undefined tensor where it
 // makes the gradient instead: no .grad a product can add into, a backward that records a
-// graph, or a pass that is not accumulating into .grad now.
-at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor& w) {
-  at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
-  const uint64_t session = static_cast<uint64_t>(ctx->saved_data["session"].toInt());
+// graph, or a pass that is not accumulating into .grad now. `leaf`: the weight as the layer
+// saw it (its .grad is read now), of pass `session`.
+at::Tensor fusion_target(const at::Tensor& leaf, uint64_t session, const at::Tensor& w) {
   if (c10::GradMode::is_enabled() || !takes_addition(leaf.grad(), w) || !is_accumulating(session)) return {};
   return leaf.mutable_grad();
 }
 
-// The backward of both autograd functions below: the input's and the bias's gradients as
-// LibTorch computes them, the weight's added into its .grad or made contiguous [out, in]
-// (which AccumulateGrad keeps without a copy).
-torch::autograd::variable_list linear_backward(torch::autograd::AutogradContext* ctx, const at::Tensor& go, bool bias) {
-  const torch::autograd::variable_list saved = ctx->get_saved_variables();
-  const at::Tensor& x = saved[0];
-  const at::Tensor& w = saved[1];
-  at::Tensor gx, gw, gb;
-  if (go.defined()) {
-    const int64_t out = w.size(0), in = w.size(1);
-    const at::Tensor go2 = go.reshape({-1, out});
-    if (ctx->needs_input_grad(0)) gx = go.matmul(w);
-    if (bias && ctx->needs_input_grad(2)) gb = go2.sum(0);
-    if (ctx->needs_input_grad(1)) {
-      const at::Tensor x2 = x.reshape({-1, in});
-      at::Tensor grad = fusion_target(ctx, w);
-      if (grad.defined()) {
-        grad.addmm_(go2.t(), x2);
-        fused_count.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        gw = go2.t().mm(x2);
-      }
-    }
-  }
-  if (bias) return {gx, gw, gb, at::Tensor()};
-  return {gx, gw, at::Tensor()};
+at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor& w) {
+  const at::Tensor leaf = ctx->saved_data["leaf"].toTensor();
+  return fusion_target(leaf, static_cast<uint64_t>(ctx->saved_data["session"].toInt()), w);
 }
 
-// (Two functions: an undefined bias cannot be an input of an autograd function.)
-struct FusedLinear : torch::autograd::Function<FusedLinear> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            int64_t session) {
-    save_weight(ctx, x, w, session);
-    return at::linear(x, w);
+// An autograd node, held as the LibTorch of the build holds them (std::shared_ptr up to
+// 2.x's c10::intrusive_ptr, which autograd nodes derive from there).
+using FunctionRef = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
+template <class T, class Ref = FunctionRef>
+struct NewNode;
+template <class T>
+struct NewNode<T, std::shared_ptr<torch::autograd::Node>> {
+  static std::shared_ptr<T> make() { return std::make_shared<T>(); }
+};
+template <class T>
+struct NewNode<T, c10::intrusive_ptr<torch::autograd::Node>> {
+  static c10::intrusive_ptr<T> make() { return c10::make_intrusive<T>(); }
+};
+
+// The backward of a fused linear layer, written as LibTorch writes its own nodes (its
+// AddmmBackward0): the input and the weight saved (version-checked when unpacked), the
+// weight itself kept for its .grad. (torch::autograd::Function cost a context with a map of
+// saved data and the wrapping of its inputs and outputs, about twenty allocations a layer:
+// 1.5-2% of the 1001-node graph's step, docs/BENCHMARKS.md §26.) Its gradients: the input's
+// and the bias's as LibTorch computes them, the weight's added into its .grad or made
+// contiguous [out, in] (which AccumulateGrad keeps without a copy).
+struct FusedLinearBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable x, w;
+  at::Tensor leaf;
+  uint64_t session = 0;
+  bool bias = false;
+
+  std::string name() const override { return bias ? "FusedLinearWithBiasBackward" : "FusedLinearBackward"; }
+  void release_variables() override {
+    x.reset_data();
+    w.reset_data();
+    leaf.reset();
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    return linear_backward(ctx, grads[0], false);
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor& go = grads[0];
+    at::Tensor gx, gw, gb;
+    if (go.defined()) {
+      const at::Tensor input = x.unpack(), weight = w.unpack();
+      const int64_t out = weight.size(0), in = weight.size(1);
+      const at::Tensor go2 = go.reshape({-1, out});
+      if (task_should_compute_output(0)) gx = go.matmul(weight);
+      if (bias && task_should_compute_output(2)) gb = go2.sum(0);
+      if (task_should_compute_output(1)) {
+        const at::Tensor x2 = input.reshape({-1, in});
+        at::Tensor grad = fusion_target(leaf, session, weight);
+        if (grad.defined()) {
+          grad.addmm_(go2.t(), x2);
+          fused_count.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          gw = go2.t().mm(x2);
+        }
+      }
+    }
+    if (bias) return {gx, gw, gb};
+    return {gx, gw};
   }
 };
 
-struct FusedLinearWithBias : torch::autograd::Function<FusedLinearWithBias> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            const at::Tensor& b, int64_t session) {
-    save_weight(ctx, x, w, session);
-    return at::linear(x, w, b);
+// at::linear of `x`, `w` and `b` (undefined: none), its backward a FusedLinearBackward of
+// pass `session` (the caller checked that grad mode is on and `w` is a leaf requiring grad).
+at::Tensor linear_fusing(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, uint64_t session) {
+  const bool bias = b.defined();
+  at::Tensor result;
+  {
+    c10::AutoGradMode no_grad(false);
+    result = at::linear(x, w, bias ? c10::optional<at::Tensor>(b) : c10::nullopt);
+    // A view (linear of a batch of matrices reshapes its product): as LibTorch's matmul
+    // hands out its reshaped products, a tensor that autograd does not treat as a view.
+    if (result.is_view()) result = at::_unsafe_view(result, result.sizes());
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    return linear_backward(ctx, grads[0], true);
-  }
-};
+  auto node = NewNode<FusedLinearBackward>::make();
+  node->set_next_edges(bias ? torch::autograd::collect_next_edges(x, w, b) : torch::autograd::collect_next_edges(x, w));
+  node->x = torch::autograd::SavedVariable(x, /*is_output=*/false);
+  node->w = torch::autograd::SavedVariable(w, /*is_output=*/false);
+  node->leaf = w;
+  node->session = session;
+  node->bias = bias;
+  torch::autograd::set_history(result, FunctionRef(std::move(node)));
+  return result;
+}
 
 // Convolution weights are added in slices of their output channels: ATen has no
 // convolution that adds its weight gradient into a tensor, so each slice's gradient is made
@@ -242,12 +278,11 @@ namespace {
 
 // Linear layers whose weight is smaller than this are small: an unsplit pass that runs only
 // one linear layer does not fuse it when it is small. Its gradient is then made whole and
-// added by AccumulateGrad, as LibTorch does: the temporary is under a MiB, and the autograd
-// function costs a pass more time than one small layer's saved addition repays (conv1d_net's
-// one fused 48 -> 10 head cost its step 6-8 us, 1-1.3%, where each layer of a pass of 500
-// saves 1-2 us: §26 of docs/BENCHMARKS.md). A pass of several linear layers fuses them all
-// (transformers, MLPs: faster than LibTorch's own linear), and a split pass fuses every one,
-// where each chunk after the first would otherwise make the temporary again.
+// added by AccumulateGrad, as LibTorch does: the temporary is under a MiB, and fusing one
+// small layer saves no time (conv1d_net's 48 -> 10 head: the same step either way; gru and
+// lstm about 0.5% slower fused, §26 of docs/BENCHMARKS.md). A pass of several linear layers
+// fuses them all (transformers, MLPs: faster than LibTorch's own linear), and a split pass
+// fuses every one, where each chunk after the first would otherwise make the temporary again.
 constexpr int64_t kSmallLinearBytes = kWholeBytes;
 
 // Whether a layer built now records `session` (nonzero: a pass that may fuse) for its
@@ -270,8 +305,7 @@ at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const
     return at::linear(input, weight, bias);
   const bool large = static_cast<int64_t>(weight.nbytes()) >= kSmallLinearBytes;
   if (!large && !forward_small_fused) return at::linear(input, weight, bias);
-  if (has_bias) return FusedLinearWithBias::apply(input, weight, *bias, static_cast<int64_t>(session));
-  return FusedLinear::apply(input, weight, static_cast<int64_t>(session));
+  return linear_fusing(input, weight, has_bias ? *bias : at::Tensor(), session);
 }
 
 at::Tensor fused_convolution(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,

@@ -71,10 +71,10 @@ class GradFusion {
 };
 
 // at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
-// requiring grad, through an autograd function whose backward fuses as described above; in
-// an unsplit pass that runs no other linear layer (GradFusion's `several_linear`) only for a
-// weight of 1 MiB or more (a smaller weight's temporary is small, and LibTorch's own linear
-// costs the pass less than the autograd function).
+// requiring grad, with an autograd node of koila's ("FusedLinearWithBiasBackward",
+// "FusedLinearBackward") whose backward fuses as described above; in an unsplit pass that
+// runs no other linear layer (GradFusion's `several_linear`) only for a weight of 1 MiB or
+// more (a smaller weight's temporary is small, and fusing one small layer saves no time).
 at::Tensor fused_linear(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias);
 
 // at::conv1d, conv2d or conv3d (by the weight's rank); inside a Forward scope of a split
