@@ -102,7 +102,7 @@ TEST(FusedGrads, HeldGradientsAddUpSplitOrNot) {
 }
 
 // An unsplit pass into zeroed .grad: a lone small linear layer runs as LibTorch's own
-// (fusing one small layer saves no time: BENCHMARKS §26), a pass of several
+// (fusing one small layer saves no time: BENCHMARKS §27), a pass of several
 // fuses them all, and a lone layer of 1 MiB or more still fuses (its temporary is not
 // small). Gradients equal eager LibTorch's in each case, and the estimate is the run's.
 TEST(FusedGrads, AnUnsplitPassFusesASmallLinearLayerOnlyAmongOthers) {

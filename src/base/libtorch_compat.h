@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace c10d {
@@ -50,6 +52,25 @@ constexpr int kLibTorchMajor = TORCH_VERSION_MAJOR;
 int64_t concrete_int(const c10::IValue& v);
 // An int[] or SymInt[] argument as ints.
 std::vector<int64_t> concrete_ints(const c10::IValue& v);
+
+// Autograd nodes are held by std::shared_ptr in 1.13 and by c10::intrusive_ptr in 2.14 (the
+// base class of torch::autograd::Node changed): the pointer the build's LibTorch holds them
+// by (as Tensor::grad_fn() returns it), and a new node of type T held so.
+using AutogradNodeRef = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
+template <class T, class Ref = AutogradNodeRef>
+struct NewAutogradNode;
+template <class T>
+struct NewAutogradNode<T, std::shared_ptr<torch::autograd::Node>> {
+  static std::shared_ptr<T> make() { return std::make_shared<T>(); }
+};
+template <class T>
+struct NewAutogradNode<T, c10::intrusive_ptr<torch::autograd::Node>> {
+  static c10::intrusive_ptr<T> make() { return c10::make_intrusive<T>(); }
+};
+template <class T>
+auto make_autograd_node() {
+  return NewAutogradNode<T>::make();
+}
 
 // c10d's collectives live on ProcessGroup in 1.x and on Backend (which the process group
 // dispatches to) from 2.0; ProcessGroupGloo and ProcessGroupNCCL derive from one or the

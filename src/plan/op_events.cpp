@@ -5,9 +5,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include <algorithm>
-#include <type_traits>
-#include <utility>
 
+#include "base/libtorch_compat.h"
 #include "base/pointer_index.h"
 
 namespace koila {
@@ -66,7 +65,7 @@ at::CallbackHandle add_callbacks() {
 }
 
 // A weak reference to an autograd function, as the LibTorch of the build holds them
-// (std::shared_ptr up to 2.x's c10::intrusive_ptr).
+// (compat::AutogradNodeRef: std::shared_ptr in 1.13, c10::intrusive_ptr in 2.14).
 template <class Strong>
 struct WeakOf;
 template <class T>
@@ -77,7 +76,7 @@ template <class T>
 struct WeakOf<c10::intrusive_ptr<T>> {
   using type = c10::weak_intrusive_ptr<T>;
 };
-using FunctionRef = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
+using FunctionRef = compat::AutogradNodeRef;
 using WeakFunction = WeakOf<FunctionRef>::type;
 
 // Before each function of a followed backward (BackwardOps): returns the gradients as they

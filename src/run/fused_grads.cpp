@@ -8,9 +8,10 @@
 #include <atomic>
 #include <mutex>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "base/libtorch_compat.h"
 
 namespace koila {
 namespace {
@@ -63,25 +64,12 @@ at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor
   return fusion_target(leaf, static_cast<uint64_t>(ctx->saved_data["session"].toInt()), w);
 }
 
-// An autograd node, held as the LibTorch of the build holds them (std::shared_ptr up to
-// 2.x's c10::intrusive_ptr, which autograd nodes derive from there).
-using FunctionRef = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
-template <class T, class Ref = FunctionRef>
-struct NewNode;
-template <class T>
-struct NewNode<T, std::shared_ptr<torch::autograd::Node>> {
-  static std::shared_ptr<T> make() { return std::make_shared<T>(); }
-};
-template <class T>
-struct NewNode<T, c10::intrusive_ptr<torch::autograd::Node>> {
-  static c10::intrusive_ptr<T> make() { return c10::make_intrusive<T>(); }
-};
-
 // The backward of a fused linear layer, written as LibTorch writes its own nodes (its
 // AddmmBackward0): the input and the weight saved (version-checked when unpacked), the
 // weight itself kept for its .grad. (torch::autograd::Function cost a context with a map of
 // saved data and the wrapping of its inputs and outputs, about twenty allocations a layer:
-// 1.5-2% of the 1001-node graph's step, docs/BENCHMARKS.md §26.) Its gradients: the input's
+// the 1001-node graph's lazy step took 1.08 of LibTorch's with it, 0.99 without, §27 of
+// docs/BENCHMARKS.md.) Its gradients: the input's
 // and the bias's as LibTorch computes them, the weight's added into its .grad or made
 // contiguous [out, in] (which AccumulateGrad keeps without a copy).
 struct FusedLinearBackward : torch::autograd::Node {
@@ -133,14 +121,14 @@ at::Tensor linear_fusing(const at::Tensor& x, const at::Tensor& w, const at::Ten
     // hands out its reshaped products, a tensor that autograd does not treat as a view.
     if (result.is_view()) result = at::_unsafe_view(result, result.sizes());
   }
-  auto node = NewNode<FusedLinearBackward>::make();
+  auto node = compat::make_autograd_node<FusedLinearBackward>();
   node->set_next_edges(bias ? torch::autograd::collect_next_edges(x, w, b) : torch::autograd::collect_next_edges(x, w));
   node->x = torch::autograd::SavedVariable(x, /*is_output=*/false);
   node->w = torch::autograd::SavedVariable(w, /*is_output=*/false);
   node->leaf = w;
   node->session = session;
   node->bias = bias;
-  torch::autograd::set_history(result, FunctionRef(std::move(node)));
+  torch::autograd::set_history(result, compat::AutogradNodeRef(std::move(node)));
   return result;
 }
 
@@ -280,7 +268,7 @@ namespace {
 // one linear layer does not fuse it when it is small. Its gradient is then made whole and
 // added by AccumulateGrad, as LibTorch does: the temporary is under a MiB, and fusing one
 // small layer saves no time (conv1d_net's 48 -> 10 head: the same step either way; gru and
-// lstm about 0.5% slower fused, §26 of docs/BENCHMARKS.md). A pass of several linear layers
+// lstm about 0.5% slower fused, §27 of docs/BENCHMARKS.md). A pass of several linear layers
 // fuses them all (transformers, MLPs: faster than LibTorch's own linear), and a split pass
 // fuses every one, where each chunk after the first would otherwise make the temporary again.
 constexpr int64_t kSmallLinearBytes = kWholeBytes;
