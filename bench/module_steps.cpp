@@ -140,6 +140,20 @@ struct Model {
   }
 };
 
+// KOILA_BENCH_PROFILE=lazy|eager: after two steps of each kind, only that kind of step
+// (KOILA_BENCH_STEPS times, default 305), no table: for perf or callgrind. Whether it did.
+template <class Lazy, class Eager>
+bool profiled(Lazy&& lazy_step, Eager&& eager_step) {
+  const char* profile = std::getenv("KOILA_BENCH_PROFILE");
+  if (!profile) return false;
+  const bool lazy = std::string(profile) == "lazy";
+  for (int i = 0; i < 2; ++i) lazy_step(), eager_step();
+  const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
+  const int steps = steps_env ? std::atoi(steps_env) : 305;
+  for (int i = 0; i < steps; ++i) lazy ? lazy_step() : eager_step();
+  return true;
+}
+
 template <class F>
 double timed(F&& f) {
   const auto start = std::chrono::steady_clock::now();
@@ -257,16 +271,7 @@ int main(int argc, char** argv) {
       for (const std::string& mode : e.modes) {
         const Reference ref = read_reference(dir, e.name, mode);
         Model m(dir, e.name, mode, ref, device);
-        // KOILA_BENCH_PROFILE=lazy|eager: after two steps of each kind, only that kind of
-        // step (KOILA_BENCH_STEPS times, default 305), no table: for perf or callgrind.
-        if (const char* profile = std::getenv("KOILA_BENCH_PROFILE")) {
-          const bool lazy = std::string(profile) == "lazy";
-          for (int i = 0; i < 2; ++i) m.step(true), m.step(false);
-          const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
-          const int steps = steps_env ? std::atoi(steps_env) : 305;
-          for (int i = 0; i < steps; ++i) m.step(lazy);
-          continue;
-        }
+        if (profiled([&] { m.step(true); }, [&] { m.step(false); })) continue;
         Row r;
         r.first_eager = timed([&] { m.step(false); });
         r.first_lazy = timed([&] { m.step(true); });
@@ -322,14 +327,7 @@ int main(int argc, char** argv) {
         eager_net.eager_step(xs);
         eager_net.zero_grad();
       };
-      if (const char* profile = std::getenv("KOILA_BENCH_PROFILE")) {  // as for a corpus model
-        const bool lazy = std::string(profile) == "lazy";
-        for (int i = 0; i < 2; ++i) lazy_step(), eager_step();
-        const char* steps_env = std::getenv("KOILA_BENCH_STEPS");
-        const int steps = steps_env ? std::atoi(steps_env) : 305;
-        for (int i = 0; i < steps; ++i) lazy ? lazy_step() : eager_step();
-        return 0;
-      }
+      if (profiled(lazy_step, eager_step)) return 0;
       r.first_lazy = timed(lazy_step);
       r.first_eager = timed(eager_step);
       for (int i = 0; i < 3; ++i)

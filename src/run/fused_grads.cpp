@@ -66,12 +66,13 @@ at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor
 
 // The backward of a fused linear layer, written as LibTorch writes its own nodes (its
 // AddmmBackward0): the input and the weight saved (version-checked when unpacked), the
-// weight itself kept for its .grad. (torch::autograd::Function cost a context with a map of
-// saved data and the wrapping of its inputs and outputs, about twenty allocations a layer:
-// the 1001-node graph's lazy step took 1.08 of LibTorch's with it, 0.99 without, §27 of
-// docs/BENCHMARKS.md.) Its gradients: the input's
-// and the bias's as LibTorch computes them, the weight's added into its .grad or made
-// contiguous [out, in] (which AccumulateGrad keeps without a copy).
+// weight itself kept for its .grad (under saved-tensor hooks the saved weight unpacks to
+// another tensor). (torch::autograd::Function cost a context with a map of saved data and
+// the wrapping of its inputs and outputs, about twenty allocations a layer: the 1001-node
+// graph's lazy step took 1.08 of LibTorch's with it, 0.99 without, §27 of
+// docs/BENCHMARKS.md.) Its gradients: the input's and the bias's as LibTorch computes them,
+// the weight's added into its .grad or made contiguous [out, in] (which AccumulateGrad keeps
+// without a copy).
 struct FusedLinearBackward : torch::autograd::Node {
   torch::autograd::SavedVariable x, w;
   at::Tensor leaf;
