@@ -74,7 +74,7 @@ struct EstimateRow {
 
 // Evaluates `loss` (FORWARD) or backpropagates it (TRAINING) once, unsplit (with a budget
 // far above the need) or with a budget that fits chunks of `chunk` samples (by the
-// estimate, plus 15%, plus allocator_slack), and reports the planner's estimated peak and
+// estimate, plus 15%, plus the allocator's overhead), and reports the planner's estimated peak and
 // the measured one.
 // `zero_grad` clears the gradients before and after.
 inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koila_mode mode, int64_t chunk,
@@ -84,9 +84,9 @@ inline EstimateRow measure_estimate(const koila_tensor* loss, int64_t batch, koi
   uint64_t budget = uint64_t{1} << 50;
   if (chunk < batch) {
     const auto m = mode == KOILA_MODE_TRAINING ? koila::RunMode::Training : koila::RunMode::Forward;
-    // (plus what koila's cap lets the device's allocator reserve in whole segments: CUDA)
+    // (plus what the device's allocator reserves beyond the tensors: CUDA)
     budget = memory(device).current + static_cast<uint64_t>(1.15 * koila::estimate_extra(loss->node, m, chunk)) +
-             koila::allocator_slack(c10::Device(device));
+             koila::estimate_allocator_overhead(loss->node, m, chunk);
   }
   check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
   check(koila_plan_new(&plan, loss, mode), "koila_plan_new");

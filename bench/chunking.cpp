@@ -118,7 +118,7 @@ bool step_pair(const Graph& g, Plain& plain, int64_t batch, Cell& c, bool timed)
   if (!timed) return true;
   c.koila.push_back(seconds);
   c.plain.push_back(plain_seconds);
-  c.peak = std::max(c.peak, cpu_peak());
+  c.peak = std::max(c.peak, device_peak());
   ++c.used[chunk];
   if (most_chunks > planned_chunks) ++c.retried;
   return true;
@@ -166,9 +166,9 @@ void cost_of_splitting(const std::string& dir, const Entry& e, const std::string
   check(koila_backward(g.loss.get()), "koila_backward");  // the first plan; .grad exists from here on, as in a loop
   g.zero_grad();
   check(koila_memory_reset_peak("cpu"), "koila_memory_reset_peak");
-  const uint64_t held = cpu_in_use();
+  const uint64_t held = device_in_use();
   check(koila_backward(g.loss.get()), "koila_backward");
-  const uint64_t need = cpu_peak() - held;
+  const uint64_t need = device_peak() - held;
   Cell cells[4];
   check(koila_set_progress(on_chunk, nullptr), "koila_set_progress");
   for (int k = 0; k < 4; ++k) {

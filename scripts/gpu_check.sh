@@ -1,62 +1,136 @@
 #!/bin/bash
-# The GPU check of issue 26's session, adapted from ../shared/gpu/check.sh so that it fits
-# one device call (at most 600 s) on the lent machine (H200, torch 2.11 in a venv, no
-# registry): Ninja where present, the venv's python3 for the corpus (the system one has no
-# torch), the corpus left out where torchvision is missing, ctest cut at CTEST_TIMEOUT
-# (default 200 s), then bench_module_steps (cut at 150 s) and bench_step_time on cuda.
-# About 480 s there. Carry it as check.sh says:
-#   mkdir -p .gpu && cp -r ../shared/gpu/. .gpu/ && cp -r /usr/src/googletest .gpu/googletest
-#   cp scripts/gpu_check.sh .gpu/ && echo /.gpu/ >> .git/info/exclude
-# and zlib's two headers (optimizer state files end with its CRC-32), for a machine without
-# them: mkdir -p .gpu/zlib && cp /usr/include/zlib.h /usr/include/zconf.h .gpu/zlib/
-# Settings: CTEST_REGEX (the tests to run, default all), CORPUS=OFF (leave the corpus out),
-# BENCHES ("name args;name args", default "module_steps cuda 11;step_time cuda 5"),
-# BENCH_TIMEOUT (each, default 150 s).
-# then the device tool with carry [".gpu"] and command `bash .gpu/gpu_check.sh`.
-# Logs under $OUT (or .gpu/out).
+# The GPU check: builds koila against the machine's PyTorch (a CUDA build), then on cuda:0
+#   1. the CUDA tests (Cuda.*, CudaChunked.*, the NCCL group of one) and the allocator model's;
+#   2. the real-model corpus (tests/corpus), each model unsplit with room, forced into at least
+#      4 chunks, and in chunks of 4, 2 and 1 at the tightest budget that plans them: koila's
+#      estimate against the measured peak, and the gradients against PyTorch's own on the same
+#      GPU (tests/corpus/gpu_references.py; TF32 off in both);
+#   3. the same forced splits with the caching allocator's expandable segments;
+#   4. `koila fit --verify` at 1 GiB and 2 GiB for every corpus model (training);
+#   5. bench_module_steps on cuda;
+# and prints one table. For a machine with PyTorch and nothing else (no registry): carry
+# GoogleTest's sources, Debian's gloo headers (process groups: the wheel ships none) and
+# zlib's two headers in .gpu/, ignored by git:
+#   mkdir -p .gpu && cp -r /usr/src/googletest .gpu/googletest && cp -r /usr/include/gloo .gpu/gloo-include/
+#   mkdir -p .gpu/zlib && cp /usr/include/zlib.h /usr/include/zconf.h .gpu/zlib/
+#   echo /.gpu/ >> .git/info/exclude
+# then run `bash scripts/gpu_check.sh` on the GPU machine with .gpu carried. Logs and the table
+# go to $OUT (or .gpu/out). Settings: STEPS (default "tests corpus expandable fit bench").
 set -u
 root=$(pwd)
 out=${OUT:-$root/.gpu/out}; mkdir -p "$out"
+steps=" ${STEPS:-tests corpus expandable fit bench} "
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$out/steps.txt"; }
 nvidia-smi -L | tee "$out/gpu.txt"
 python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' | tee -a "$out/gpu.txt"
 tp=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 py=$(command -v python3)
-corpus=${CORPUS:-ON}
-python3 -c 'import torchvision' 2>/dev/null || corpus=OFF
-echo "corpus $corpus (python $py)" | tee -a "$out/gpu.txt"
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 jobs=$(nproc)
+build=.gpu/build
+
 stamp "googletest"
 if [[ ! -f .gpu/gt/ok ]]; then
   cmake -S .gpu/googletest -B .gpu/gt-build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$root/.gpu/gt" >/dev/null &&
     cmake --build .gpu/gt-build -j"$jobs" >/dev/null && cmake --install .gpu/gt-build >/dev/null && touch .gpu/gt/ok
 fi
-zlib=()
+extra=()
 if [[ ! -f /usr/include/zlib.h && -f .gpu/zlib/zlib.h ]]; then
   lib=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
-  zlib=(-DZLIB_INCLUDE_DIR="$root/.gpu/zlib" -DZLIB_LIBRARY="$lib")
-  echo "zlib: the carried headers with $lib" | tee -a "$out/gpu.txt"
+  extra+=(-DZLIB_INCLUDE_DIR="$root/.gpu/zlib" -DZLIB_LIBRARY="$lib")
 fi
+[[ -f .gpu/gloo-include/gloo/config.h ]] && extra+=(-DKOILA_GLOO_INCLUDE_DIR="$root/.gpu/gloo-include")
 stamp "configure"
-cmake -S . -B .gpu/build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKOILA_BUILD_BINDINGS=OFF \
-      -DKOILA_BUILD_CORPUS=$corpus -DKOILA_CORPUS_PYTHON="$py" -DKOILA_UNITY_BUILD=ON "${zlib[@]}" \
-      -DCMAKE_PREFIX_PATH="$tp;$root/.gpu/gt" > "$out/configure.txt" 2>&1
-tail -5 "$out/configure.txt"; grep -i "koila:" "$out/configure.txt"
+cmake -S . -B $build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON \
+      -DKOILA_CORPUS_PYTHON="$py" "${extra[@]}" -DCMAKE_PREFIX_PATH="$tp;$root/.gpu/gt" > "$out/configure.txt" 2>&1
+grep -iE "^-- koila" "$out/configure.txt" | tee -a "$out/gpu.txt"
 stamp "build"
-cmake --build .gpu/build -j"$jobs" > "$out/build.txt" 2>&1
-grep -E 'error|warning:' "$out/build.txt" | head -40
-[[ -f .gpu/build/libkoila.so ]] || { echo "build failed"; tail -30 "$out/build.txt"; exit 1; }
-stamp "ctest"
-(cd .gpu/build && timeout ${CTEST_TIMEOUT:-200} ctest -j12 -R "${CTEST_REGEX:-.}" --output-on-failure > "$out/ctest.txt" 2>&1)
-grep -E "tests passed|Failed|\*\*\*|Not Run" "$out/ctest.txt" | head -40
-grep -E "^\s*[0-9]+/[0-9]+ Test.*(Cuda|cuda)" "$out/ctest.txt" | head -20
-IFS=';' read -ra benches <<< "${BENCHES:-module_steps cuda 11;step_time cuda 5}"
-for b in "${benches[@]}"; do
-  read -ra words <<< "$b"
-  stamp "bench_$b"
-  [[ -x .gpu/build/bench/bench_${words[0]} ]] &&
-    timeout ${BENCH_TIMEOUT:-150} .gpu/build/bench/bench_${words[0]} "${words[@]:1}" 2>&1 | tee "$out/${words[0]}.txt" | tail -40
-done
+cmake --build $build -j"$jobs" > "$out/build.txt" 2>&1
+grep -E 'error' "$out/build.txt" | head -20
+[[ -f $build/libkoila.so ]] || { echo "build failed"; tail -30 "$out/build.txt"; exit 1; }
+
+if [[ $steps == *" tests "* ]]; then
+  stamp "CUDA tests"
+  timeout 200 $build/tests/koila_tests --gtest_filter='Cuda*:AllocatorModel*' > "$out/tests.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|^\[  FAILED|Failure" "$out/tests.txt" | head -30
+fi
+
+corpus=$build/tests/corpus/koila_corpus_tests
+gpu_corpus=.gpu/corpus-cuda
+if [[ $steps == *" corpus "* || $steps == *" expandable "* ]]; then
+  stamp "PyTorch's references on the GPU"
+  python3 tests/corpus/gpu_references.py $build/tests/corpus/models $gpu_corpus > "$out/references.txt" 2>&1 ||
+    tail -5 "$out/references.txt"
+fi
+run_corpus() {  # log, gtest filter, environment...
+  local log=$1 filter=$2; shift 2
+  env KOILA_CORPUS_DIR=$gpu_corpus KOILA_CORPUS_DEVICE=cuda:0 KOILA_CORPUS_MIN_CHUNKS=4 "$@" \
+    timeout 240 $corpus --gtest_filter="$filter" > "$out/$log" 2>&1
+  grep -E "^\[  (PASSED|FAILED) |tests? ran" "$out/$log" | head -4
+}
+[[ $steps == *" corpus "* ]] && { stamp "corpus on cuda:0"; run_corpus corpus.txt 'Models/Corpus.*'; }
+[[ $steps == *" expandable "* ]] && { stamp "corpus on cuda:0, expandable segments";
+  run_corpus expandable.txt 'Models/Corpus.ForcedSplit*:Models/Corpus.Chunks*' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; }
+
+if [[ $steps == *" fit "* ]]; then
+  stamp "koila fit --verify"
+  : > "$out/fit.txt"
+  while read -r name rest; do
+    [[ $name == \#* || -z $name ]] && continue
+    input=$(sed -E 's/.*input=([0-9x]+).*/\1/' <<< "$rest"); batch=${input%%x*}; sample=${input#*x}
+    dtype=$(sed -E 's/.*dtype=([a-z0-9]+).*/\1/' <<< "$rest")
+    [[ $rest == *results=* || $rest == *loss=squares_mean* ]] && continue  # one result, cross entropy
+    for budget in 1GiB 2GiB; do
+      echo "== $name $budget" >> "$out/fit.txt"
+      timeout 60 $build/tools/koila/koila fit $gpu_corpus/$name.pt --input "$sample:$dtype" --batch "$batch" \
+        --device cuda:0 --mode training --loss cross_entropy:10 --optimizer sgd --budget $budget \
+        --per-chunk-stats --verify >> "$out/fit.txt" 2>&1 || echo "exit $?" >> "$out/fit.txt"
+    done
+  done < $gpu_corpus/manifest.txt
+fi
+if [[ $steps == *" bench "* ]]; then
+  stamp "bench_module_steps cuda"
+  timeout 120 $build/bench/bench_module_steps cuda 7 > "$out/module_steps.txt" 2>&1
+fi
+stamp "table"
+python3 - "$out" <<'PY'
+import os, re, sys
+out = sys.argv[1]
+def rows(log):
+    path = os.path.join(out, log)
+    if not os.path.exists(path):
+        return []
+    text = open(path).read()
+    found = []
+    for m in re.finditer(r"\[corpus\] (\S+) \((\w+) mode, (\w+)\) ([^:]+): estimate ([\d.]+) MiB, measured ([\d.]+) MiB, "
+                         r"error ([-+\d.]+)%, (\d+) chunk\(s\) of (\d+), budget (\S+)", text):
+        found.append(m.groups())
+    failed = re.findall(r"\[  FAILED  \] (\S+)", text)
+    ooms = len(re.findall(r"ran out of memory|OUT_OF_MEMORY|CUDA out of memory", text))
+    return found, failed, ooms
+for log, title in (("corpus.txt", "corpus on cuda:0"), ("expandable.txt", "expandable segments")):
+    got = rows(log)
+    if not got:
+        continue
+    found, failed, ooms = got
+    print(f"\n{title}: {len(found)} runs, {len(set(failed))} failed tests, {ooms} out-of-memory messages")
+    print(f"{'model':22} {'mode':13} {'run':16} {'estimate':>9} {'measured':>9} {'error':>7} {'chunks':>9}")
+    worst = 0.0
+    for name, mm, km, what, est, meas, err, n, c, budget in found:
+        worst = max(worst, abs(float(err)))
+        print(f"{name:22} {mm + '/' + km:13} {what:16} {est:>9} {meas:>9} {err:>6}% {n + 'x' + c:>9}")
+    print(f"largest error {worst:.1f}%")
+    for f in sorted(set(failed)):
+        print("FAILED", f)
+fit = os.path.join(out, "fit.txt")
+if os.path.exists(fit):
+    print("\nkoila fit --verify (training, sgd)")
+    name = None
+    for line in open(fit):
+        if line.startswith("== "):
+            name = line[3:].strip()
+        elif line.startswith("verified") or line.startswith("largest batch") or "exit " in line or "error" in line.lower():
+            print(f"{name:28} {line.strip()}")
+PY
 stamp "done"

@@ -298,6 +298,31 @@ TEST(Modules, BatchFlowsThroughOrIsCoupled) {
   EXPECT_TRUE(at::allclose(to_aten(centered.get()), xs - xs.mean(0, true), 1e-5, 1e-6));
 }
 
+// The sample-mixing probe on a module whose runs differ without any change of input, as
+// kernels with nondeterministic reductions do (cuDNN's, some of CUDA's): a stand-in whose
+// buffer counts its calls and adds 1e-3 of the count to every result, more than allclose's
+// tolerance. Its samples stay apart (the noise of two runs on the same samples is measured
+// first); the same noise with a real reduction over the batch still mixes them.
+TEST(Modules, TheMixingProbeToleratesNoiseButNotMixing) {
+  BudgetGuard restore;
+  const at::Tensor xs = at::randn({6, 8});
+  Handle x = koila_models::lazy(xs, 0);
+  auto built = [&](const std::string& source) {
+    torch::jit::Module mod =
+        scripted::module("Noisy", {{"w", at::randn({8})}}, {{"calls", at::zeros({1})}}, source);
+    ModuleHandle m = wrap(mod);
+    return forward(m.get(), {x.get()});
+  };
+  Handle noisy = built(
+      "def forward(self, x):\n    self.calls.add_(1.0)\n    return torch.tanh(x * self.w) + 1e-3 * self.calls\n");
+  EXPECT_TRUE(node(noisy.get()).couples.empty()) << node(noisy.get()).couples;
+  EXPECT_EQ(batch_dim_of(noisy.get()), 0);
+  Handle mixing = built(
+      "def forward(self, x):\n    self.calls.add_(1.0)\n"
+      "    return torch.tanh(x * self.w) + 1e-3 * self.calls + 0.5 * x.mean(0, True)\n");
+  EXPECT_NE(node(mixing.get()).couples.find("mixes samples"), std::string::npos) << node(mixing.get()).couples;
+}
+
 TEST(Modules, BatchNormInTrainingCouplesAndEvalDoesNot) {
   BudgetGuard restore;
   torch::jit::Module bn = scripted::batch_norm(4);

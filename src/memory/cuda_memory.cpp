@@ -10,6 +10,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#if __has_include(<c10/cuda/CUDAAllocatorConfig.h>)
+#include <c10/cuda/CUDAAllocatorConfig.h>
+#define KOILA_CUDA_ALLOCATOR_CONFIG 1
+#endif
 
 #include <algorithm>
 #include <map>
@@ -125,6 +129,14 @@ void warm_cuda_libraries(const c10::Device& device) {
 }
 
 void release_cuda_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+bool cuda_expandable_segments() {
+#ifdef KOILA_CUDA_ALLOCATOR_CONFIG
+  return c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::expandable_segments();
+#else
+  return false;  // (LibTorch before 2.2 has no header for its configuration; 1.13 has no such segments)
+#endif
+}
 
 void cap_cuda(const c10::Device& device, uint64_t budget) {
   const int index = ready(device);

@@ -30,6 +30,10 @@ void warm_cuda_libraries(const c10::Device& device);
 // release_cached_memory of CUDA devices: empties the caching allocator's cache.
 void release_cuda_cache();
 
+// Whether the caching allocator makes expandable segments (PYTORCH_CUDA_ALLOC_CONF's
+// expandable_segments:True, LibTorch 2.1 and later; false before).
+bool cuda_expandable_segments();
+
 // The caching allocator of the device is capped (as a fraction of the device's memory) at
 // the smallest budget of the scopes on it that live; when it holds more than that cap, what
 // it caches unused goes back to the device first. The cap is lifted when the last one ends.

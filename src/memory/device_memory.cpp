@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "base/error.h"
 #include "memory/accounting.h"
@@ -72,7 +74,22 @@ uint64_t free_bytes(const c10::Device& device) {
 #endif
 }
 
-uint64_t allocator_slack(const c10::Device& device) { return device.is_cuda() ? uint64_t{22} << 20 : 0; }
+bool allocator_expandable(const c10::Device& device) {
+#ifdef KOILA_WITH_CUDA
+  return device.is_cuda() && memory_detail::cuda_expandable_segments();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+bool cuda_cap_follows_plan() {
+  static const bool follows = [] {
+    const char* value = std::getenv("KOILA_CUDA_CAP");
+    return value == nullptr || std::string(value) != "budget";
+  }();
+  return follows;
+}
 
 void prepare_device(const c10::Device& device) {
 #ifdef KOILA_WITH_CUDA

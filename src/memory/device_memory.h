@@ -26,13 +26,14 @@ uint64_t free_bytes(const c10::Device& device);
 // "cuda" means the current CUDA device: budgets and stats are kept per device index.
 c10::Device canonical_device(c10::Device device);
 
-// What a run may need beyond the bytes its tensors hold because the device's allocator takes
-// memory in larger pieces: on CUDA the caching allocator reserves segments (20 MiB for
-// blocks of 1 to 10 MiB, 2 MiB for smaller ones), and koila's cap on it (BudgetScope)
-// bounds what it reserves, not what tensors hold, so a run whose tensors fit the budget
-// exactly could be refused a new segment: 22 MiB. 0 on the CPU, whose budget counts
-// tensors' bytes.
-uint64_t allocator_slack(const c10::Device& device);
+// Whether the device's allocator makes expandable segments (CUDA's caching allocator under
+// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), as the planner's model of it needs to
+// know (caching_allocator_model.h); false on the CPU.
+bool allocator_expandable(const c10::Device& device);
+
+// Whether a planned run on CUDA caps the caching allocator at what its plan needs (the
+// default) rather than at the budget (KOILA_CUDA_CAP=budget, read once). See koila.h.
+bool cuda_cap_follows_plan();
 
 // Before a run or probe on `device` is measured: makes LibTorch take now, on this thread,
 // what it keeps for the rest of the process once a library is first used there, so that no

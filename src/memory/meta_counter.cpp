@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/libtorch_compat.h"
 #include "memory/accounting.h"
+#include "memory/caching_allocator_model.h"
 #include "memory/cpu_allocator.h"
 
 namespace koila {
@@ -32,6 +33,21 @@ struct MetaAllocationScope::Counter {
   bool backward = false;  // allocations from now on are the backward's
   uint64_t forward = 0;   // bytes held that the forward allocated
   MetaAllocationScope::Window window;
+  // The device's allocator, where modelled (model_allocator): under model_mutex.
+  std::mutex model_mutex;
+  std::unique_ptr<CachingAllocatorModel> model;
+  std::atomic<bool> modelled{false};  // (CPU simulations take no lock)
+
+  uint64_t model_malloc(uint64_t bytes) {
+    if (!modelled.load(std::memory_order_relaxed)) return 0;
+    std::lock_guard<std::mutex> lock(model_mutex);
+    return model->malloc(bytes);
+  }
+  void model_free(uint64_t handle) {
+    if (handle == 0) return;
+    std::lock_guard<std::mutex> lock(model_mutex);
+    model->free(handle);
+  }
 
   // Returns whether the allocation counts as the forward's.
   bool add(uint64_t bytes) {
@@ -60,12 +76,14 @@ struct MetaRecord {
   uint64_t bytes;
   bool forward;
   std::shared_ptr<MetaAllocationScope::Counter> counter;
+  uint64_t model_handle;  // in the counter's allocator model (0: none)
 };
 
 void meta_delete(void* context) {
   auto* record = static_cast<MetaRecord*>(context);
   if (record == nullptr) return;
   record->counter->remove(record->bytes, record->forward);
+  record->counter->model_free(record->model_handle);
   delete record;
 }
 
@@ -79,7 +97,8 @@ class TrackingMetaAllocator final : public compat::Allocator {
     const auto& counter = active_meta_counter;
     if (!counter || bytes == 0) return {nullptr, nullptr, &meta_delete, device};
     const bool forward = counter->add(bytes);
-    return {nullptr, new MetaRecord{bytes, forward, counter}, &meta_delete, device};
+    const uint64_t handle = counter->model_malloc(bytes);
+    return {nullptr, new MetaRecord{bytes, forward, counter, handle}, &meta_delete, device};
   }
 };
 
@@ -101,7 +120,21 @@ MetaAllocationScope::~MetaAllocationScope() { active_meta_counter.reset(); }
 
 uint64_t MetaAllocationScope::current() const { return counter_->current.load(); }
 uint64_t MetaAllocationScope::peak() const { return counter_->peak.load(); }
-void MetaAllocationScope::add_temporary(uint64_t bytes) { counter_->remove(bytes, counter_->add(bytes)); }
+void MetaAllocationScope::add_temporary(uint64_t bytes) {
+  counter_->remove(bytes, counter_->add(bytes));
+  counter_->model_free(counter_->model_malloc(bytes));
+}
+
+void MetaAllocationScope::model_allocator(bool expandable) {
+  std::lock_guard<std::mutex> lock(counter_->model_mutex);
+  counter_->model = std::make_unique<CachingAllocatorModel>(expandable);
+  counter_->modelled.store(true);
+}
+
+uint64_t MetaAllocationScope::allocator_needed_peak() const {
+  std::lock_guard<std::mutex> lock(counter_->model_mutex);
+  return counter_->model ? counter_->model->needed_peak() : 0;
+}
 
 void MetaAllocationScope::record_windows() {
   Counter& c = *counter_;

@@ -22,6 +22,13 @@ class MetaAllocationScope {
   uint64_t peak() const;
   void add_temporary(uint64_t bytes);  // a transient allocation the simulation cannot see
 
+  // From now on, also feeds the allocations to a model of LibTorch's CUDA caching allocator
+  // (caching_allocator_model.h; `expandable`: with expandable segments), for a simulation of a
+  // run on CUDA. allocator_needed_peak(): the least cap on what that allocator reserves under
+  // which the allocations counted so far succeed (0 without a model).
+  void model_allocator(bool expandable);
+  uint64_t allocator_needed_peak() const;
+
   // Timelines (plan/timeline.h): from now on, count windows — the most held since the last
   // take_window(), and how much of it the forward had allocated (allocations made while
   // set_backward(false), the start) at that moment.

@@ -3,6 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <cmath>
+#include <vector>
+
 #include "base/text.h"
 #include "graph/batch_rules.h"
 #include "module/batch_inference.h"
@@ -18,17 +21,46 @@ namespace {
 // for the same shapes and only the perturbed sample differs.
 constexpr uint64_t kProbeSeed = 0x6b6f696c61ull;
 
-bool same_values(const at::Tensor& a, const at::Tensor& b) {
+// The largest difference between two results, sample by sample along `dim`.
+std::vector<double> differences(const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  std::vector<double> out(static_cast<size_t>(a.size(dim)), 0.0);
+  if (a.sizes() != b.sizes()) return std::vector<double>(out.size(), INFINITY);
+  for (int64_t i = 0; i < a.size(dim); ++i) {
+    const at::Tensor x = a.select(dim, i), y = b.select(dim, i);
+    if (at::isFloatingType(x.scalar_type())) {
+      const at::Tensor d = (x.to(at::kDouble) - y.to(at::kDouble)).abs();
+      // (NaN where both are NaN counts as equal, as allclose with equal_nan)
+      const at::Tensor both_nan = at::isnan(x) & at::isnan(y);
+      out[static_cast<size_t>(i)] = d.numel() ? d.masked_fill(both_nan.to(d.device()), 0).max().item<double>() : 0;
+      if (std::isnan(out[static_cast<size_t>(i)])) out[static_cast<size_t>(i)] = INFINITY;
+    } else {
+      out[static_cast<size_t>(i)] = at::equal(x, y) ? 0 : INFINITY;
+    }
+  }
+  return out;
+}
+
+// Whether sample `i` of `result` is the same as of `base`: within allclose's tolerance
+// (relative 1e-4, absolute 1e-6), or within kNoiseFactor times the difference two runs on the
+// same samples showed there (`noise`: kernels whose reductions are not deterministic, such as
+// some of cuDNN's, on any device). Changing a sample changes a mixing module's other samples by
+// about as much as the change, far beyond such noise.
+constexpr double kNoiseFactor = 16;
+bool same_sample(const at::Tensor& result, const at::Tensor& base, int64_t dim, int64_t i, double noise) {
+  const at::Tensor a = result.select(dim, i), b = base.select(dim, i);
   if (a.sizes() != b.sizes()) return false;
-  if (at::isFloatingType(a.scalar_type()))
-    return at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-4, 1e-6, /*equal_nan=*/true);
-  return at::equal(a, b);
+  if (!at::isFloatingType(a.scalar_type())) return at::equal(a, b);
+  if (at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-4, 1e-6, /*equal_nan=*/true)) return true;
+  if (noise <= 0 || !std::isfinite(noise)) return false;
+  return differences(a.unsqueeze(0), b.unsqueeze(0), 0)[0] <= kNoiseFactor * noise;
 }
 
 // Why the probe's module mixes samples across the batch (changing one sample changes
 // another's result), or empty when it keeps them apart; `base` is its result on the probe.
+// A second run on the same samples measures how far runs differ without any change.
 std::string mixing(Probe& probe, const at::Tensor& base, int64_t out_dim) {
   const int64_t samples = probe.samples();
+  const std::vector<double> noise = differences(probe.run(), base, out_dim);
   bool shown = false;
   for (int64_t j = 0; j < samples; ++j) {
     const std::optional<Tensors> changed = probe.perturbed(j);
@@ -36,7 +68,7 @@ std::string mixing(Probe& probe, const at::Tensor& base, int64_t out_dim) {
     shown = true;
     const at::Tensor result = probe.run(*changed);
     for (int64_t i = 0; i < samples; ++i) {
-      if (i == j || same_values(result.select(out_dim, i), base.select(out_dim, i))) continue;
+      if (i == j || same_sample(result, base, out_dim, i, noise[static_cast<size_t>(i)])) continue;
       return "mixes samples across the batch: in a probe on " + std::to_string(samples) + " samples, changing sample " +
              std::to_string(j) + " changed the result for sample " + std::to_string(i) +
              " (as batch norm in training or a reduction over the batch do)";
@@ -49,7 +81,7 @@ std::string mixing(Probe& probe, const at::Tensor& base, int64_t out_dim) {
 }  // namespace
 
 Probe::Probe(const Call& call, const Node& self, int64_t samples)
-    : call_(call), samples_(samples), random_(self.meta.device) {
+    : call_(call), samples_(samples), random_(self.meta.device), kernels_(self.meta.device) {
   module_state_ = call.state;
   for (at::Tensor& t : module_state_)
     if (!t.requires_grad()) t = t.clone();

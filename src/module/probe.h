@@ -2,7 +2,9 @@
 // probes, the module run for real on a few samples where meta tensors cannot tell: its
 // result's shape when some op inside has no meta kernel, and whether it keeps samples apart.
 // Probes run without gradients, on a twin whose buffers are copies (batch norm's running
-// statistics stay untouched), with the random generators restored afterwards.
+// statistics stay untouched), every run drawing the same random numbers (every generator the
+// device's run can draw from, reseeded; restored afterwards), with CUDA's kernels fixed
+// (base/fixed_kernels.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fixed_kernels.h"
 #include "base/random_scope.h"
 #include "graph/graph.h"
 #include "module/call.h"
@@ -51,6 +54,7 @@ class Probe {
   const Call& call_;
   int64_t samples_;
   RandomScope random_;
+  FixedKernels kernels_;  // CUDA's kernels chosen alike in every run of the probe
   Tensors module_state_;
   Tensors inputs_;
   std::vector<int64_t> batch_dims_;

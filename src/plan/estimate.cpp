@@ -193,8 +193,11 @@ void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun
 // `commit` false: the simulation of a probe (see probe()), whose gradients are computed and
 // dropped instead of added into .grad.
 // `ops`: its ops (OpPoints) are noted there (not with a watch).
+// `allocator_peak`: on CUDA, what the caching allocator must be allowed to reserve for the
+// simulated allocations (MetaAllocationScope::model_allocator).
 uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, bool commit,
-                  const SimulationWatch* watch = nullptr, std::vector<OpPoint>* ops = nullptr) {
+                  const SimulationWatch* watch = nullptr, std::vector<OpPoint>* ops = nullptr,
+                  uint64_t* allocator_peak = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes(), mode);
@@ -210,7 +213,9 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   if (watch) run.observer = watch->observer;
   run.commit = commit;
   MetaAllocationScope scope;
-  const SimulatedDevice simulated(canonical_device(root->meta.device));  // its kernels' paths (rnn_meta.h)
+  const c10::Device device = canonical_device(root->meta.device);
+  if (allocator_peak && device.is_cuda()) scope.model_allocator(allocator_expandable(device));
+  const SimulatedDevice simulated(device);  // its kernels' paths (rnn_meta.h)
   if (watch) watch->start(scope, stand_ins);
   // Gradients go into the stand-ins' .grad, as they would into the real ones.
   if (ops && !watch) {
@@ -225,6 +230,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
     run_mode(root, a, mode, run);
   }
   if (watch) watch->end(scope);
+  if (allocator_peak) *allocator_peak = scope.allocator_needed_peak();
   return scope.peak();
 }
 
@@ -388,7 +394,8 @@ const Simulated* Estimator::simulated(int64_t chunk, int64_t max_chunks, bool as
       // Ops followed on the CPU only: a device's probes cannot be (probe()), so their
       // simulations' ops would be recorded for nothing.
       const bool follow = ops_followed.load() && canonical_device(root_->meta.device).is_cpu();
-      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, follow ? &sim.ops : nullptr);
+      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, follow ? &sim.ops : nullptr,
+                          &sim.allocator_peak);
       found = r.simulated.emplace(key, std::move(sim)).first;
     } catch (...) {
       r.simulation_failure = reason(std::current_exception());
@@ -619,6 +626,16 @@ uint64_t Estimator::extra(int64_t chunk) {
   for (const auto& [c, seen] : r.observed)
     if (c <= key || key < 0) bytes = std::max(bytes, seen);
   return bytes;
+}
+
+uint64_t Estimator::allocator_overhead(int64_t chunk) {
+  const c10::Device device = canonical_device(root_->meta.device);
+  if (!device.is_cuda()) return 0;
+  chunk = normalized(chunk);
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  const Simulated* sim = simulated(chunk, kSimulatedChunks);
+  if (!sim) return kUnmodelledAllocatorBytes;
+  return sim->allocator_peak > sim->peak ? sim->allocator_peak - sim->peak : 0;
 }
 
 uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,

@@ -54,6 +54,10 @@ constexpr double kMargin = 0.10;
 // sample whose chunks of one needed 8 to 40 bytes more than simulated, beyond the 10%.
 constexpr uint64_t kKernelScalars = 64;
 
+// On CUDA where no simulation models the caching allocator (an op without meta kernels): a
+// segment of each size class it reserves for blocks below 10 MiB (20 MiB and 2 MiB).
+constexpr uint64_t kUnmodelledAllocatorBytes = uint64_t{22} << 20;
+
 class Estimator {
  public:
   Estimator(const NodePtr& root, const Analysis& a, RunMode mode);
@@ -69,6 +73,12 @@ class Estimator {
 
   // Estimated extra bytes of a run in chunks of `chunk` samples (-1: unsplit).
   uint64_t extra(int64_t chunk);
+
+  // What the device's allocator reserves beyond the estimate's bytes, for a run in chunks of
+  // `chunk` (-1: unsplit): on CUDA, the caching allocator's segments for the simulated
+  // allocations (memory/caching_allocator_model.h) beyond the simulated peak, or, where the
+  // simulation failed, kUnmodelledAllocatorBytes; 0 on the CPU, whose budget counts bytes.
+  uint64_t allocator_overhead(int64_t chunk);
 
   // What is remembered of the structure (found when the estimator was made).
   GraphRecord& record() const { return *record_; }

@@ -42,6 +42,9 @@ struct OpExtra {
 // A simulation of a chunk size: its peak (extra bytes) and its ops (op_events.h).
 struct Simulated {
   uint64_t peak = 0;
+  // On CUDA: the least cap on what the caching allocator reserves under which the simulated
+  // allocations succeed (memory/caching_allocator_model.h); 0 elsewhere.
+  uint64_t allocator_peak = 0;
   std::vector<OpPoint> ops;
   // What the calibration adds to it op by op (Estimator), once computed.
   mutable std::optional<uint64_t> added_op_by_op;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "base/dims.h"
 #include "base/error.h"
@@ -57,14 +58,15 @@ void check_not_in_progress_callback() {
          "(it runs inside the chunked run that called it)");
 }
 
-bool fits(const Plan& p, uint64_t extra) { return p.needed(extra) <= p.budget_bytes; }
+bool fits(const Plan& p, uint64_t extra, uint64_t allocator) { return p.needed(extra, allocator) <= p.budget_bytes; }
+bool fits(const Plan& p) { return fits(p, p.extra_bytes, p.allocator_bytes); }
 
 int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
 
 // KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
 // timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
 void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
-  if (a.batch <= 0 || !fits(p, p.extra_bytes)) return;  // no batch to split (or an empty one), or nothing fits
+  if (a.batch <= 0 || !fits(p)) return;  // no batch to split (or an empty one), or nothing fits
   if (!p.coupled.empty()) {
     p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
     return;
@@ -75,11 +77,11 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
         "the chunk size changes the results";
     return;
   }
-  std::map<int64_t, uint64_t> extras{{p.chunk, p.extra_bytes}};
+  std::map<int64_t, std::pair<uint64_t, uint64_t>> extras{{p.chunk, {p.extra_bytes, p.allocator_bytes}}};
   const std::vector<int64_t> candidates = fastest_candidates(p.chunk, [&](int64_t chunk) {
-    const uint64_t extra = estimator.extra(chunk);
-    extras[chunk] = extra;
-    return fits(p, extra);
+    const uint64_t extra = estimator.extra(chunk), allocator = estimator.allocator_overhead(chunk);
+    extras[chunk] = {extra, allocator};
+    return fits(p, extra, allocator);
   });
   FastestChoice choice;
   {
@@ -89,7 +91,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
   }
   p.chunk = choice.chunk;
   p.chunks = chunks_of(a.batch, choice.chunk);
-  p.extra_bytes = extras.at(choice.chunk);
+  std::tie(p.extra_bytes, p.allocator_bytes) = extras.at(choice.chunk);
   p.timed = choice.timed;
   p.chunk_choice = choice.reason;
 }
@@ -128,21 +130,24 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
   p.chunking = chunking();
   p.coupled = coupling(a, p.batch_stats);
   p.unsplit_extra_bytes = estimator.extra(-1);
+  p.unsplit_allocator_bytes = estimator.allocator_overhead(-1);
   p.chunk = a.batch;
   p.extra_bytes = p.unsplit_extra_bytes;
-  if (!fits(p, p.unsplit_extra_bytes) && a.batch > 1 && p.coupled.empty()) {
+  p.allocator_bytes = p.unsplit_allocator_bytes;
+  if (!fits(p) && a.batch > 1 && p.coupled.empty()) {
     // The largest power of two below the batch whose estimate fits (estimates grow with the chunk).
     int64_t lo = 0, hi = 0;  // exponents
     while ((int64_t{1} << (hi + 1)) < a.batch) ++hi;
     int64_t best = -1;
-    uint64_t best_extra = 0;
+    uint64_t best_extra = 0, best_allocator = 0;
     while (lo <= hi) {
       const int64_t mid = (lo + hi) / 2;
       const int64_t c = int64_t{1} << mid;
-      const uint64_t extra = estimator.extra(c);
-      if (fits(p, extra)) {
+      const uint64_t extra = estimator.extra(c), allocator = estimator.allocator_overhead(c);
+      if (fits(p, extra, allocator)) {
         best = c;
         best_extra = extra;
+        best_allocator = allocator;
         lo = mid + 1;
       } else {
         hi = mid - 1;
@@ -152,20 +157,33 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
       p.chunk = best;
       p.chunks = chunks_of(a.batch, best);
       p.extra_bytes = best_extra;
+      p.allocator_bytes = best_allocator;
     } else {
       p.chunk = 1;
       p.chunks = a.batch;
       p.extra_bytes = estimator.extra(1);
+      p.allocator_bytes = estimator.allocator_overhead(1);
     }
   }
   if (p.chunking == KOILA_CHUNK_FASTEST) choose_fastest_chunk(a, estimator, p);
-  const bool fit = fits(p, p.extra_bytes);
+  const bool fit = fits(p);
   if (with_source || !fit) p.source = estimator.source();  // text: built only where it is read
   p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
   p.stats_coupled = a.stats_coupled;
   if (fit) return p;
   const koila_code code = a.batch >= 0 && !p.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
   fail(code, p.describe());
+}
+
+// The cap a run holds its device to (BudgetScope). On the CPU, the budget. On CUDA, what the
+// plan needs (at most the budget): the caching allocator then reserves no more than the plan
+// allows for, and a backend that takes whatever the allocator can give (cuDNN's convolution
+// workspace, chosen from what is free) takes only what the plan leaves, so that a plan peaks
+// alike with and without room. `widened`: the budget (a chunk that could not be halved ran
+// out under the plan's cap). KOILA_CUDA_CAP=budget caps at the budget always.
+uint64_t run_cap(const Plan& plan, bool widened) {
+  if (!plan.device.is_cuda() || widened || !cuda_cap_follows_plan()) return plan.budget_bytes;
+  return std::min(plan.budget_bytes, plan.needed());
 }
 
 // A planned run: plans (waiting for runs on other threads to end when it fits only without
@@ -197,14 +215,16 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
       wait_for_run_to_end(device, ended);  // it may fit once they are done
       continue;
     }
+    bool widened = false;  // the cap is the budget (run_cap)
     for (;;) {
       RunMemory usage(plan.device);
       Reservation reserved(plan.device, with_margin(plan.extra_bytes), usage);
       if (planning.owns_lock()) planning.unlock();
+      const uint64_t cap = run_cap(plan, widened);
       try {
         double seconds = 0;
         {
-          BudgetScope hard_limit(plan.device, plan.budget_bytes);
+          BudgetScope hard_limit(plan.device, cap);
           if (plan.timed)
             seconds = timed_run(plan.device, plan.chunk, [&] { attempt(a, plan, estimator.grad_starts()); });
           else
@@ -225,12 +245,23 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         // What the chunk needed at least: when the CPU budget refused it, what the run held
         // then plus the request (other threads may have taken the rest of the room, which
         // says nothing of this graph); when a device ran out, more than the room it was
-        // given (the device had less than the budget: the next plans take less).
-        const uint64_t room = room_left(plan);
+        // given (the device had less than the cap, or the cap was the plan's: the next
+        // plans take less, or allow more).
+        Plan given = plan;
+        given.budget_bytes = cap;
+        const uint64_t room = room_left(given);
         const uint64_t refused = usage.refused();
         estimator.record_run(plan.chunk, std::max(refused > 0 ? refused : room + 1, usage.peak() + 1));
         release_cached_memory(plan.device);
-        if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) throw;
+        if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) {
+          // Nothing smaller to try: where the plan's cap was below the budget, the same
+          // chunk once more with the budget as the cap.
+          if (cap < plan.budget_bytes && !widened) {
+            widened = true;
+            continue;
+          }
+          throw;
+        }
         plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);
         plan.chunks = chunks_of(a.batch, plan.chunk);
         if (plan.chunking == KOILA_CHUNK_FASTEST) {
@@ -240,6 +271,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         }
         plan.per_chunk_stats = per_chunk_stats(a, plan.batch_stats, plan.chunk);
         plan.extra_bytes = estimator.extra(plan.chunk);
+        plan.allocator_bytes = estimator.allocator_overhead(plan.chunk);
       }
     }
   }
@@ -258,9 +290,9 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
 
 }  // namespace
 
-uint64_t Plan::needed(uint64_t extra) const {
+uint64_t Plan::needed(uint64_t extra, uint64_t allocator) const {
   const double total = static_cast<double>(in_use_bytes) + static_cast<double>(reserved_by_others_bytes) +
-                       static_cast<double>(extra) * (1.0 + kMargin) + static_cast<double>(allocator_slack(device));
+                       static_cast<double>(extra) * (1.0 + kMargin) + static_cast<double>(allocator);
   return total >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(total);
 }
 
@@ -297,19 +329,21 @@ std::string Plan::describe() const {
     os << " With koila's margin of " << static_cast<int>(kMargin * 100 + 0.5)
        << "% on the estimate of the run (for what an estimate cannot see: the allocator rounding sizes up, a "
           "kernel choosing another algorithm)";
-    if (const uint64_t slack = allocator_slack(device); slack > 0)
-      os << " and " << human_bytes(slack) << " for the device allocator's segments (koila caps what it reserves)";
+    if (allocator_bytes > 0)
+      os << " and " << human_bytes(allocator_bytes)
+         << " that the device's caching allocator reserves beyond the run's tensors (its segments and rounding, "
+            "modelled on the run's simulated allocations; koila caps what it reserves)";
     os << ", this run needs a budget of " << human_bytes(needed());
     if (split) os << " (unsplit, " << human_bytes(full_needed()) << ")";
     os << ".";
   }
   if (!source.empty()) os << " Source: " << source << ".";
-  const bool fits_unsplit = fits(*this, unsplit_extra_bytes);
+  const bool fits_unsplit = fits(*this, unsplit_extra_bytes, unsplit_allocator_bytes);
   if (!fits_unsplit && batch >= 0 && !coupled.empty()) {
     os << " The unsplit run does not fit and the batch cannot be split: " << coupled << ".";
   } else if (!fits_unsplit && batch < 0) {
     os << " It does not fit, and there is no lazy batch to split (wrap the input with koila_lazy and a batch dim).";
-  } else if (!fits_unsplit && !fits(*this, extra_bytes)) {
+  } else if (!fits_unsplit && !fits(*this)) {
     os << " Not even a chunk of one sample fits.";
   } else if (!chunk_choice.empty()) {
     os << (!fits_unsplit ? " The unsplit run does not fit. "
@@ -340,6 +374,13 @@ uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk) {
   Estimator estimator(root, analysis_of(root, mode), mode);
   estimator.set_batch_stats(batch_stats());  // as a plan made now estimates
   return estimator.extra(chunk);
+}
+
+uint64_t estimate_allocator_overhead(const NodePtr& root, RunMode mode, int64_t chunk) {
+  if (!root->lazy()) return 0;
+  Estimator estimator(root, analysis_of(root, mode), mode);
+  estimator.set_batch_stats(batch_stats());
+  return estimator.allocator_overhead(chunk);
 }
 
 at::Tensor run_forward(const NodePtr& root, Plan* used) {

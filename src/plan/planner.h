@@ -40,16 +40,22 @@ struct Plan {
   uint64_t budget_bytes = 0;
   uint64_t unsplit_extra_bytes = 0;  // estimated beyond what is in use, unsplit
   uint64_t extra_bytes = 0;          // estimated beyond what is in use, as planned
+  // What the device's allocator reserves beyond those bytes (Estimator::allocator_overhead):
+  // on CUDA the caching allocator's segments, modelled; 0 on the CPU.
+  uint64_t unsplit_allocator_bytes = 0;
+  uint64_t allocator_bytes = 0;
   std::string source;                // where the figures came from (see plan/estimate.h)
   NodePtr root;                      // what is evaluated or differentiated (plan/timeline.h simulates it again)
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
   // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes in
   // use and reserved, plus the estimate with koila's margin (kMargin, plan/estimate.h) on
-  // top. A run fits when its need is at most the budget.
-  uint64_t needed(uint64_t extra) const;
-  uint64_t needed() const { return needed(extra_bytes); }
-  uint64_t full_needed() const { return needed(unsplit_extra_bytes); }
+  // top, plus what the device's allocator reserves beyond the estimate (`allocator`). A run
+  // fits when its need is at most the budget. On CUDA a planned run's allocator is capped at
+  // this need (see koila.h).
+  uint64_t needed(uint64_t extra, uint64_t allocator) const;
+  uint64_t needed() const { return needed(extra_bytes, allocator_bytes); }
+  uint64_t full_needed() const { return needed(unsplit_extra_bytes, unsplit_allocator_bytes); }
   std::string describe() const;
 };
 
@@ -62,6 +68,9 @@ Plan make_plan(const NodePtr& root, RunMode mode);
 // Estimated bytes beyond current usage of running `root` in `mode` with chunks of `chunk`
 // samples (-1: unsplit), as a plan made now estimates them. Exposed for tests and benchmarks.
 uint64_t estimate_extra(const NodePtr& root, RunMode mode, int64_t chunk);
+// What the device's allocator reserves beyond that estimate (Estimator::allocator_overhead):
+// 0 on the CPU.
+uint64_t estimate_allocator_overhead(const NodePtr& root, RunMode mode, int64_t chunk);
 
 // The value of `root` (lazy or not), planned and chunked; retries with half the chunk when
 // the device runs out of memory anyway. Records no autograd.

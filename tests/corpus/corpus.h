@@ -14,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -76,15 +77,24 @@ inline std::string describe(const koila_plan* p) {
                  "koila_plan_describe");
 }
 
-inline uint64_t cpu_in_use() {
+// The device the corpus runs on: KOILA_CORPUS_DEVICE (cuda:0 in the GPU check), else the CPU.
+inline const char* corpus_device() {
+  static const std::string device = [] {
+    const char* env = std::getenv("KOILA_CORPUS_DEVICE");
+    return std::string(env && *env ? env : "cpu");
+  }();
+  return device.c_str();
+}
+
+inline uint64_t device_in_use() {
   uint64_t current = 0;
-  check(koila_memory_stats("cpu", &current, nullptr), "koila_memory_stats");
+  check(koila_memory_stats(corpus_device(), &current, nullptr), "koila_memory_stats");
   return current;
 }
 
-inline uint64_t cpu_peak() {
+inline uint64_t device_peak() {
   uint64_t peak = 0;
-  check(koila_memory_stats("cpu", nullptr, &peak), "koila_memory_stats");
+  check(koila_memory_stats(corpus_device(), nullptr, &peak), "koila_memory_stats");
   return peak;
 }
 
@@ -197,7 +207,7 @@ inline Reference read_reference(const std::string& dir, const std::string& name,
 // ---- A model's lazy graph ----------------------------------------------------------------
 
 // A concrete koila tensor holding a copy of `t`, on `device`.
-inline Tensor from_aten(const at::Tensor& t, const std::string& device = "cpu") {
+inline Tensor from_aten(const at::Tensor& t, const std::string& device = corpus_device()) {
   const at::Tensor c = t.contiguous();
   const koila_dtype dtype = c.scalar_type() == at::kLong ? KOILA_INT64 : KOILA_FLOAT32;
   if (c.scalar_type() != at::kLong && c.scalar_type() != at::kFloat)
@@ -258,7 +268,7 @@ struct Graph {
     const std::string& name = e.name;
     koila_module* m = nullptr;
     const std::string file = exported ? name + (train ? ".train" : ".eval") + ".pt2" : name + ".pt";
-    check(koila_module_load(&m, (dir + "/" + file).c_str(), "cpu"), "koila_module_load " + file);
+    check(koila_module_load(&m, (dir + "/" + file).c_str(), corpus_device()), "koila_module_load " + file);
     module.reset(m);
     check(koila_module_train(m, train ? 1 : 0), "koila_module_train");
     params = parameters_of(m);
@@ -367,7 +377,7 @@ struct RunResult {
 inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
   RunResult r;
   r.budget = budget;
-  check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
+  check(koila_set_memory_budget(corpus_device(), budget), "koila_set_memory_budget");
   const koila_tensor* t = g.target_of(mode);
   at::Tensor logits;  // allocated before the run, so that the peak counts koila's bytes only
   if (mode == KOILA_MODE_FORWARD) {
@@ -376,7 +386,7 @@ inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
     check(koila_tensor_shape(t, dims, 8, &ndim), "koila_tensor_shape");
     logits = at::empty(std::vector<int64_t>(dims, dims + ndim));
   }
-  r.before = cpu_in_use();
+  r.before = device_in_use();
   koila_plan* p = nullptr;
   const auto start = std::chrono::steady_clock::now();
   r.planned = outcome(koila_plan_new(&p, t, mode));
@@ -392,15 +402,15 @@ inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
     r.chunks = koila_plan_num_chunks(plan.get());
   }
   plan.reset();
-  check(koila_memory_reset_peak("cpu"), "koila_memory_reset_peak");
-  r.before = cpu_in_use();
+  check(koila_memory_reset_peak(corpus_device()), "koila_memory_reset_peak");
+  r.before = device_in_use();
   const auto run_start = std::chrono::steady_clock::now();
   r.ran = mode == KOILA_MODE_TRAINING ? outcome(koila_backward(t)) : read_into(t, logits);
   r.run_seconds = seconds_since(run_start);
-  r.peak = cpu_peak();
+  r.peak = device_peak();
   r.measured = r.peak - r.before;
   if (mode == KOILA_MODE_FORWARD && r.ran.ok()) r.logits = logits;
-  check(koila_set_memory_budget("cpu", 0), "koila_set_memory_budget");
+  check(koila_set_memory_budget(corpus_device(), 0), "koila_set_memory_budget");
   return r;
 }
 
@@ -410,17 +420,17 @@ inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
 inline uint64_t budget_for_chunks(const koila_tensor* t, koila_mode mode, int64_t min_chunks,
                                   uint64_t resolution = 4096) {
   auto chunks_under = [&](uint64_t budget) -> int64_t {  // 0: no plan (out of memory)
-    check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
+    check(koila_set_memory_budget(corpus_device(), budget), "koila_set_memory_budget");
     koila_plan* p = nullptr;
     const Outcome o = outcome(koila_plan_new(&p, t, mode));
     Plan plan(p);
     return o.ok() ? koila_plan_num_chunks(plan.get()) : 0;
   };
-  check(koila_set_memory_budget("cpu", kUnlimited), "koila_set_memory_budget");
+  check(koila_set_memory_budget(corpus_device(), kUnlimited), "koila_set_memory_budget");
   koila_plan* p = nullptr;
   check(koila_plan_new(&p, t, mode), "koila_plan_new");
   Plan full(p);
-  const uint64_t held = cpu_in_use();
+  const uint64_t held = device_in_use();
   uint64_t lo = held, hi = koila_plan_full_peak_bytes(full.get()) * 2 - held;  // lo: many chunks or none; hi: one
   full.reset();
   uint64_t best = 0;
@@ -436,7 +446,7 @@ inline uint64_t budget_for_chunks(const koila_tensor* t, koila_mode mode, int64_
       hi = mid;
     }
   }
-  check(koila_set_memory_budget("cpu", 0), "koila_set_memory_budget");
+  check(koila_set_memory_budget(corpus_device(), 0), "koila_set_memory_budget");
   return best;
 }
 inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_chunks) {
