@@ -19,11 +19,15 @@
 set -u
 root=$(pwd)
 out=${OUT:-$root/.gpu/out}; mkdir -p "$out"
+logs=$root/.gpu/logs; mkdir -p "$logs"  # the build's logs (what comes back from a device is limited)
 steps=" ${STEPS:-tests corpus expandable fit bench} "
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$out/steps.txt"; }
-nvidia-smi -L | tee "$out/gpu.txt"
-python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' | tee -a "$out/gpu.txt"
+# Seconds a step may take: at most $1, and never past ${LIMIT:-540} s from the start (a device
+# call's limit is 600 s); 0 when no time is left.
+within() { local left=$(( ${LIMIT:-540} - ($(date +%s) - t0) )); (( left < 0 )) && left=0; echo $(( left < $1 ? left : $1 )); }
+nvidia-smi -L | tee -a "$out/steps.txt"
+python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' | tee -a "$out/steps.txt"
 tp=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 py=$(command -v python3)
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
@@ -43,16 +47,16 @@ fi
 [[ -f .gpu/gloo-include/gloo/config.h ]] && extra+=(-DKOILA_GLOO_INCLUDE_DIR="$root/.gpu/gloo-include")
 stamp "configure"
 cmake -S . -B $build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON \
-      -DKOILA_CORPUS_PYTHON="$py" "${extra[@]}" -DCMAKE_PREFIX_PATH="$tp;$root/.gpu/gt" > "$out/configure.txt" 2>&1
-grep -iE "^-- koila" "$out/configure.txt" | tee -a "$out/gpu.txt"
+      -DKOILA_CORPUS_PYTHON="$py" "${extra[@]}" -DCMAKE_PREFIX_PATH="$tp;$root/.gpu/gt" > "$logs/configure.txt" 2>&1
+grep -iE "^-- koila" "$logs/configure.txt" | tee -a "$out/steps.txt"
 stamp "build"
-cmake --build $build -j"$jobs" > "$out/build.txt" 2>&1
-grep -E 'error' "$out/build.txt" | head -20
-[[ -f $build/libkoila.so ]] || { echo "build failed"; tail -30 "$out/build.txt"; exit 1; }
+cmake --build $build -j"$jobs" > "$logs/build.txt" 2>&1
+grep -E 'error' "$logs/build.txt" | head -20
+[[ -f $build/libkoila.so ]] || { echo "build failed"; tail -30 "$logs/build.txt"; exit 1; }
 
 if [[ $steps == *" tests "* ]]; then
   stamp "CUDA tests"
-  timeout 200 $build/tests/koila_tests --gtest_filter='Cuda*:AllocatorModel*' > "$out/tests.txt" 2>&1
+  timeout $(within 150) $build/tests/koila_tests --gtest_filter='Cuda*:AllocatorModel*' > "$out/tests.txt" 2>&1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|^\[  FAILED|Failure" "$out/tests.txt" | head -30
 fi
 
@@ -60,13 +64,14 @@ corpus=$build/tests/corpus/koila_corpus_tests
 gpu_corpus=.gpu/corpus-cuda
 if [[ $steps == *" corpus "* || $steps == *" expandable "* ]]; then
   stamp "PyTorch's references on the GPU"
-  python3 tests/corpus/gpu_references.py $build/tests/corpus/models $gpu_corpus > "$out/references.txt" 2>&1 ||
-    tail -5 "$out/references.txt"
+  python3 tests/corpus/gpu_references.py $build/tests/corpus/models $gpu_corpus > "$logs/references.txt" 2>&1 ||
+    tail -5 "$logs/references.txt"
 fi
+CORPUS_SECONDS=${CORPUS_SECONDS:-150}
 run_corpus() {  # log, gtest filter, environment...
   local log=$1 filter=$2; shift 2
   env KOILA_CORPUS_DIR=$gpu_corpus KOILA_CORPUS_DEVICE=cuda:0 KOILA_CORPUS_MIN_CHUNKS=4 "$@" \
-    timeout 240 $corpus --gtest_filter="$filter" > "$out/$log" 2>&1
+    timeout $(within $CORPUS_SECONDS) $corpus --gtest_filter="$filter" > "$out/$log" 2>&1
   grep -E "^\[  (PASSED|FAILED) |tests? ran" "$out/$log" | head -4
 }
 [[ $steps == *" corpus "* ]] && { stamp "corpus on cuda:0"; run_corpus corpus.txt 'Models/Corpus.*'; }
@@ -83,7 +88,7 @@ if [[ $steps == *" fit "* ]]; then
     [[ $rest == *results=* || $rest == *loss=squares_mean* ]] && continue  # one result, cross entropy
     for budget in 1GiB 2GiB; do
       echo "== $name $budget" >> "$out/fit.txt"
-      timeout 60 $build/tools/koila/koila fit $gpu_corpus/$name.pt --input "$sample:$dtype" --batch "$batch" \
+      timeout $(within 20) $build/tools/koila/koila fit $gpu_corpus/$name.pt --input "$sample:$dtype" --batch "$batch" \
         --device cuda:0 --mode training --loss cross_entropy:10 --optimizer sgd --budget $budget \
         --per-chunk-stats --verify >> "$out/fit.txt" 2>&1 || echo "exit $?" >> "$out/fit.txt"
     done
@@ -91,10 +96,10 @@ if [[ $steps == *" fit "* ]]; then
 fi
 if [[ $steps == *" bench "* ]]; then
   stamp "bench_module_steps cuda"
-  timeout 120 $build/bench/bench_module_steps cuda 7 > "$out/module_steps.txt" 2>&1
+  timeout $(within 60) $build/bench/bench_module_steps cuda 7 > "$out/module_steps.txt" 2>&1
 fi
 stamp "table"
-python3 - "$out" <<'PY'
+python3 - "$out" > "$out/table.txt" <<'PY'
 import os, re, sys
 out = sys.argv[1]
 def rows(log):
@@ -133,4 +138,5 @@ if os.path.exists(fit):
         elif line.startswith("verified") or line.startswith("largest batch") or "exit " in line or "error" in line.lower():
             print(f"{name:28} {line.strip()}")
 PY
+cat "$out/table.txt"
 stamp "done"
