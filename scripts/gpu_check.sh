@@ -24,8 +24,8 @@ steps=" ${STEPS:-tests corpus expandable fit bench} "
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$out/steps.txt"; }
 # Seconds a step may take: at most $1, and never past ${LIMIT:-540} s from the start (a device
-# call's limit is 600 s); 0 when no time is left.
-within() { local left=$(( ${LIMIT:-540} - ($(date +%s) - t0) )); (( left < 0 )) && left=0; echo $(( left < $1 ? left : $1 )); }
+# call's limit is 600 s); 1 when no time is left (timeout 0 would be none).
+within() { local left=$(( ${LIMIT:-540} - ($(date +%s) - t0) )); (( left < 1 )) && left=1; echo $(( left < $1 ? left : $1 )); }
 nvidia-smi -L | tee -a "$out/steps.txt"
 python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' | tee -a "$out/steps.txt"
 tp=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
