@@ -15,7 +15,8 @@
 #   mkdir -p .gpu/zlib && cp /usr/include/zlib.h /usr/include/zconf.h .gpu/zlib/
 #   echo /.gpu/ >> .git/info/exclude
 # then run `bash scripts/gpu_check.sh` on the GPU machine with .gpu carried. Logs and the table
-# go to $OUT (or .gpu/out). Settings: STEPS (default "tests corpus expandable fit bench").
+# go to $OUT (or .gpu/out). Settings: STEPS (default "tests corpus expandable fit bench"),
+# TARGETS (what to build, default all), LIMIT (seconds for the whole check, default 540).
 set -u
 root=$(pwd)
 out=${OUT:-$root/.gpu/out}; mkdir -p "$out"
@@ -50,7 +51,8 @@ cmake -S . -B $build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKOILA_BUILD_BINDIN
       -DKOILA_CORPUS_PYTHON="$py" "${extra[@]}" -DCMAKE_PREFIX_PATH="$tp;$root/.gpu/gt" > "$logs/configure.txt" 2>&1
 grep -iE "^-- koila" "$logs/configure.txt" | tee -a "$out/steps.txt"
 stamp "build"
-cmake --build $build -j"$jobs" > "$logs/build.txt" 2>&1
+targets=(); [[ -n ${TARGETS:-} ]] && targets=(--target $TARGETS)  # default: all
+cmake --build $build -j"$jobs" "${targets[@]}" > "$logs/build.txt" 2>&1
 grep -E 'error' "$logs/build.txt" | head -20
 [[ -f $build/libkoila.so ]] || { echo "build failed"; tail -30 "$logs/build.txt"; exit 1; }
 

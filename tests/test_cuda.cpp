@@ -269,9 +269,9 @@ TEST(Cuda, StochasticDepthOnTheDeviceKeepsSamplesApart) {
   torch::jit::Module block = scripted::module(
       "Block", {{"w", at::randn({16, 1, 7, 7}) * 0.1}, {"lin", at::randn({16, 16}) * 0.1}}, {},
       "def forward(self, x):\n"
-      "    y = torch.nn.functional.conv2d(x, self.w, padding=3, groups=16)\n"
-      "    y = torch.nn.functional.layer_norm(y.permute(0, 2, 3, 1), [16])\n"
-      "    y = torch.nn.functional.linear(y, self.lin).permute(0, 3, 1, 2)\n"
+      "    y = torch.conv2d(x, self.w, None, [1, 1], [3, 3], [1, 1], 16)\n"
+      "    y = torch.layer_norm(y.permute(0, 2, 3, 1), [16])\n"
+      "    y = torch.matmul(y, self.lin.t()).permute(0, 3, 1, 2)\n"
       "    keep = torch.empty([x.shape[0], 1, 1, 1], dtype=x.dtype, device=x.device).bernoulli_(0.8) / 0.8\n"
       "    return x + y * keep\n");
   block.to(at::kCUDA);

@@ -634,8 +634,10 @@ uint64_t Estimator::allocator_overhead(int64_t chunk) {
   chunk = normalized(chunk);
   std::lock_guard<std::mutex> lock(record_->mutex);
   const Simulated* sim = simulated(chunk, kSimulatedChunks);
-  if (!sim) return kUnmodelledAllocatorBytes;
-  return sim->allocator_peak > sim->peak ? sim->allocator_peak - sim->peak : 0;
+  const uint64_t bytes = !sim                             ? kUnmodelledAllocatorBytes
+                         : sim->allocator_peak > sim->peak ? sim->allocator_peak - sim->peak
+                                                           : 0;
+  return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
 }
 
 uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
