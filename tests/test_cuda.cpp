@@ -275,10 +275,11 @@ TEST(Cuda, StochasticDepthOnTheDeviceKeepsSamplesApart) {
       "    keep = torch.empty([x.shape[0], 1, 1, 1], dtype=x.dtype, device=x.device).bernoulli_(0.8) / 0.8\n"
       "    return x + y * keep\n");
   block.to(at::kCUDA);
-  ModuleHandle m = wrap(block);
+  ModuleHandle m(new koila_module{block, c10::Device(c10::kCUDA)});
   const at::Tensor xs = at::randn({32, 16, 24, 24}, at::TensorOptions().device(at::kCUDA));
   Handle x = koila_models::lazy(xs, 0);
   Handle y = forward(m.get(), {x.get()});
+  ASSERT_TRUE(y);
   EXPECT_TRUE(node(y.get()).couples.empty()) << node(y.get()).couples;
   EXPECT_EQ(node(y.get()).meta.batch_dim, 0);
 }
