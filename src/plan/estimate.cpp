@@ -237,11 +237,15 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // A real run of the first `max_chunks` chunks of `chunk` samples, gradients dropped; what
 // ops may change in place (running statistics) is copied first, the random state restored
 // after. Held to the budget and to `room` beyond what is in use: a probe that does not fit
-// fails instead of going over either. `like_a_chunk`: the leaves that require grad are
-// copied too (with their .grad) and the gradients go into the copies' .grad as a run's go
-// into the real ones (each as autograd has it), so that the probe holds what the run's
-// chunks hold rather than every gradient at once; the copies count against the room, not
-// the peak. Not where a leaf's value has autograd history (its leaves would be reached).
+// fails instead of going over either. `like_a_chunk`: the gradients go into the leaves'
+// .grad as the run's do (each as autograd has it; a held .grad snapshotted and zeroed first),
+// and every .grad is put back afterwards as after a failed run (ChunkRun::rolled_back), so
+// that the probe holds what the run's chunks hold rather than every gradient at once, and
+// needs no more room than they do. (It copied the leaves before: a model whose parameters
+// outweigh its activations, torchvision's convnext_tiny, then never had the room to probe a
+// chunk of one sample, whose depthwise convolutions' backward takes workspaces that chunks
+// of 2 and 4 do not, and its plan fell 56% short.) Like a run, it is not to share its leaves
+// with a run on another thread.
 // `ops`: its ops (OpPoints) are noted there; left empty where the device's figures are not
 // this thread's own (RunMemory::take_window).
 uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
@@ -263,24 +267,12 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
           !copies.count(in.get()))
         copies.emplace(in.get(), in->value.clone());
   }
-  const bool into_copies = like_a_chunk && mode == RunMode::Training;  // (a forward has no gradients to place)
-  if (into_copies) {
-    c10::NoGradGuard no_grad;
-    for (const Node* node : a.nodes()) {
-      if (node->kind == NodeKind::Op || !node->value.requires_grad() || copies.count(node)) continue;
-      if (!node->value.is_leaf())
-        fail(KOILA_ERROR_UNSUPPORTED, "a probe like a chunk cannot copy a tensor with autograd history");
-      at::Tensor copy = node->value.detach().clone().requires_grad_(true);
-      if (node->value.grad().defined()) copy.mutable_grad() = node->value.grad().clone();
-      copies.emplace(node, std::move(copy));
-    }
-  }
   RandomScope random(device);
   ChunkRun run;
   run.chunk = chunk;
   run.max_chunks = max_chunks;
   run.commit = false;
-  run.into_copied_leaves = into_copies;
+  run.rolled_back = like_a_chunk && mode == RunMode::Training;  // (a forward has no gradients to place)
   run.leaf = [&copies](const Node& node) {
     auto found = copies.find(&node);
     return found != copies.end() ? found->second : node.value;
@@ -407,8 +399,8 @@ const Simulated* Estimator::simulated(int64_t chunk, int64_t max_chunks, bool as
 
 // Under the record's lock: a real probe of the first chunk of `samples` against the
 // simulation of the same probe; `difference` is what the probe took beyond it (or less).
-// `like_a_chunk`: the run's first chunks instead, gradients going into copies of the leaves
-// as the run's go into .grad (see probe()), against the run's own simulation of them.
+// `like_a_chunk`: the run's first chunks instead, gradients going into .grad and put back
+// afterwards (see probe()), against the run's own simulation of them.
 Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* difference, std::string* why,
                                                       bool like_a_chunk, std::unordered_map<uint64_t, OpExtra>* by_op) {
   const int64_t chunks = like_a_chunk ? kSimulatedChunks : 1;
@@ -462,6 +454,7 @@ void Estimator::calibrate(Calibration& c) {
     }
     c.failure = why;
     if (probed == Probed::OutOfMemory) {  // no room now (other runs, a smaller budget): again in a later plan
+      out_of_room_from_ = std::min(out_of_room_from_, samples);
       c.done = false;
       c.probes.clear();
       c.by_op.clear();
@@ -496,6 +489,7 @@ void Estimator::fit() {
       r.probe_failure = reason(e);
       r.probes.clear();
       r.probed = !is_out_of_memory(e);  // no room now: try again in a later plan
+      if (!r.probed) out_of_room_from_ = std::min(out_of_room_from_, samples);
       return;
     }
     r.probed = true;
@@ -529,8 +523,11 @@ std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t sampl
       found = c.below.emplace(samples, std::max<uint64_t>(std::max<int64_t>(difference, 0), kKernelScalars)).first;
     else if (probed == Probed::Failed)
       found = c.below.emplace(samples, std::nullopt).first;  // `bytes` stays
+    else if (probed == Probed::OutOfMemory)
+      out_of_room_from_ = std::min(out_of_room_from_, samples);  // (probed again in a later plan)
     else
       return std::nullopt;  // no simulation, or no room now: in a later plan
+    if (found == c.below.end()) return std::nullopt;
   }
   return found->second;
 }
@@ -611,6 +608,10 @@ uint64_t Estimator::extra(int64_t chunk) {
           added = *sim->added_op_by_op;
         }
       }
+    } else if (!c.done && samples < out_of_room_from_ && chunk >= 0) {
+      // The calibration probes ran out of this plan's room: a smaller chunk is probed as the
+      // run goes, as chunks below the probes are.
+      added = calibrate_below(c, samples).value_or(added);
     }
     bytes += added;
   } else {
@@ -622,6 +623,8 @@ uint64_t Estimator::extra(int64_t chunk) {
   }
   if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
+  // A probe of this many samples or fewer ran out of this plan's room: more than the room.
+  if (samples >= out_of_room_from_ && room_ < UINT64_MAX) bytes = std::max(bytes, room_ + 1);
   const int64_t key = chunk < 0 ? a_.batch : chunk;
   for (const auto& [c, seen] : r.observed)
     if (c <= key || key < 0) bytes = std::max(bytes, seen);

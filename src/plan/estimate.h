@@ -15,7 +15,7 @@
 //     than kKernelScalars; for chunks beyond the probes' also the growth from 2 to 4
 //     samples, a sample (op by op: each op's own). A chunk smaller than the probes (1
 //     sample) gets a probe of its own when a plan first needs it: the run's first two
-//     chunks, gradients added into copies of the leaves as the run adds them into .grad.
+//     chunks, gradients added into .grad as the run adds them, and put back after.
 //   - measured: when the simulation fails (an op without a meta kernel), real probes of 1,
 //     2, 4, ... samples up to a quarter of the batch (two chunks each), and the line through
 //     the largest two, raised until no probe exceeds it.
@@ -64,7 +64,12 @@ class Estimator {
 
   // The bytes free for a probe now (default: no limit). Probes that would not fit in it
   // (with the margin) are put off to a later plan: a plan that refuses runs nothing.
-  void set_room(uint64_t bytes) { room_ = bytes; }
+  // A probe that runs out of memory within it shows that its chunk, and every larger one,
+  // needs more than that room: their figures in this plan are then above it.
+  void set_room(uint64_t bytes) {
+    room_ = bytes;
+    out_of_room_from_ = INT64_MAX;
+  }
 
   // How batch norm in training will treat its statistics (koila_set_batch_stats): a pass
   // in chunks that keeps them per chunk holds them from chunk to chunk (batch_stats.h), which
@@ -122,6 +127,7 @@ class Estimator {
   GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
+  int64_t out_of_room_from_ = INT64_MAX;  // the fewest samples whose probe ran out of the room
   koila_batch_stats batch_stats_ = KOILA_BATCH_STATS_EXACT;
 };
 

@@ -71,7 +71,7 @@ struct Calibration {
   // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:
   // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4, oneDNN
   // reorders no weights), probed when a plan first needs one, as the run's chunks go
-  // (gradients added as they come, into copies of the leaves; not all held at once as the
+  // (gradients added into .grad as they come and put back after; not all held at once as the
   // calibration probes hold them): samples -> bytes beyond the simulation of the same chunks
   // (at least the kernels' scalars), added instead of `bytes`. Absent: not probed yet (or no room
   // then); nullopt: the probe failed, `bytes` stays.

@@ -156,14 +156,14 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 // absent and all-zero gradients are restored as such, any other is snapshotted (in host
 // memory when the device is not the CPU) and zeroed, this call's sum added to it at the
 // end. Until finish(), destruction (a failure) restores every .grad.
-// Probes (run.commit false) never touch .grad: they hold what the real run would hold (the
-// gradients of leaves without .grad, the snapshots) and drop the rest; those whose leaves
-// are copies (into_copied_leaves) add into the copies' .grad as a committed run does.
+// Probes (run.commit false) never keep what they add to .grad: they hold what the real run
+// would hold (the gradients of leaves without .grad, the snapshots) and drop the rest, or
+// (rolled_back) add into .grad as a committed run does and put every .grad back at the end.
 class GradientTarget {
  public:
   GradientTarget(const ChunkRun& run, const c10::Device& device, const GradFusion& fusion)
       : run_(run),
-        into_grad_(run.commit || run.into_copied_leaves),
+        into_grad_(run.commit || run.rolled_back),
         host_(device.type() != c10::kCPU),
         fusion_(fusion) {}
   GradientTarget(const GradientTarget&) = delete;
@@ -288,7 +288,7 @@ class GradientTarget {
   }
 
   const ChunkRun& run_;
-  const bool into_grad_;  // gradients go into the leaves' .grad (committed runs, copied leaves)
+  const bool into_grad_;  // gradients go into the leaves' .grad (committed runs, rolled-back probes)
   const bool host_;
   const GradFusion& fusion_;
   std::vector<Entry> entries_;
@@ -382,7 +382,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   // Passes whose gradients go into .grad run linear layers that may add their weight
   // gradients into it directly (fused_grads.h); where gradients are computed whole, the
   // backward runs outside a GradFusion::Backward and nothing is fused.
-  const GradFusion fusion(run.commit || run.into_copied_leaves, a.splits(run.chunk), a.linear_layers > 1);
+  const GradFusion fusion(run.commit || run.rolled_back, a.splits(run.chunk), a.linear_layers > 1);
   if (!a.splits(run.chunk)) {
     ChunkStats stats(stats_handling(a, run), a.nodes());
     EvalOptions options = options_for(run);
@@ -529,6 +529,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     if (shows_gradients(run)) run.before_commit({}, {}, reduction);
     return;
   }
+  if (run.rolled_back) return;  // the target puts every .grad back as it was
   const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
   stats.prepare();
   target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0, reduction);

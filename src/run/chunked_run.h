@@ -48,11 +48,12 @@ struct ChunkRun {
   // the counts a mean averaged over are not read (their values do not exist).
   bool meta = false;
   bool commit = true;  // add the gradients into .grad; false: compute and drop them
-  // With commit false: the leaves are a probe's own copies, and gradients go into their
-  // .grad as a committed run's go into the real ones (each as autograd has it, added into
-  // what the chunks before left), so that the probe holds what a chunk of the run holds.
-  // Nothing else of a committed run (statistics per chunk, before_commit) takes place.
-  bool into_copied_leaves = false;
+  // With commit false: gradients go into the leaves' .grad as a committed run's do (each as
+  // autograd has it, added into what the chunks before left; a held .grad snapshotted and
+  // zeroed first), and every .grad is put back at the end as after a failed run, so that a
+  // probe holds what the run's chunks hold without copies of the leaves. Nothing else of a
+  // committed run (statistics per chunk, before_commit) takes place. Split backward runs.
+  bool rolled_back = false;
   // Batch norm in training computes each chunk's own statistics (KOILA_BATCH_STATS_PER_CHUNK,
   // batch_stats.h): its running statistics get one update per pass whose statistics count
   // (the forward of an evaluation, the backward loop of a backward). Real committed runs

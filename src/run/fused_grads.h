@@ -1,5 +1,5 @@
 // Weight gradients added straight into .grad (issue 28, item 2). A pass whose gradients go
-// into the leaves' .grad (a committed run, or a probe into copied leaves: GradientTarget in
+// into the leaves' .grad (a committed run, or a probe that puts them back: GradientTarget in
 // chunked_run.cpp) runs linear layers through fused_linear (an unsplit pass of one linear
 // layer only when its weight has 1 MiB or more), and convolutions through fused_convolution
 // when it is split. When the backward reaches such a layer while its weight already has a .grad
