@@ -226,14 +226,28 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* would take what tensors hold beyond it fails inside koila, the run rolls back (no      */
 /* gradient has changed) and retries with half the chunk, so the peak stays within the    */
 /* budget even where an estimate fell short. If chunks of one sample still overrun, the   */
-/* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. On CUDA (built      */
-/* with it) the caching allocator is capped at the budget during the run: what it         */
-/* reserves from the device, which bounds what tensors hold. When it holds more than the  */
-/* budget as the run starts, what it caches unused goes back to the device first (blocks  */
-/* it holds are not checked against the cap), and again before a retry. cuDNN's           */
-/* convolutions take workspaces as free memory allows (440 MiB for a small CNN's backward */
-/* at batch 1024 on an H100, nothing at 512): under the cap they take smaller ones or     */
-/* none, so estimates count none.                                                         */
+/* call fails with KOILA_ERROR_OUT_OF_MEMORY and nothing has changed. On CUDA (built with */
+/* it) koila plans what LibTorch's caching allocator reserves, not only what tensors      */
+/* hold: the run's simulated allocations are replayed through a model of that allocator   */
+/* (its 512-byte rounding, 2 MiB and 20 MiB segments, best fit and splitting), and what   */
+/* its segments take beyond the tensors is part of the run's need                         */
+/* (koila_plan_needed_bytes). What koila changes in that allocator, which it shares with  */
+/* the caller's own CUDA work: during a planned run (and each calibration probe) it caps  */
+/* what the allocator reserves (its memory fraction) at what the plan needs, never above  */
+/* the budget, and lifts the cap when the run ends; when the allocator holds more than    */
+/* the cap as the run starts, and before a retry, what it caches unused goes back to the  */
+/* device (emptyCache). Nothing else: its settings (PYTORCH_CUDA_ALLOC_CONF, expandable   */
+/* segments) stay the caller's, and koila plans for whichever are in force. Because the   */
+/* cap is the plan's need, a kernel that takes whatever the allocator can give (cuDNN's   */
+/* convolution workspace, 440 MiB for a small CNN's backward at batch 1024 on an H100     */
+/* when the device has room) takes only what the plan leaves, and a plan peaks alike with */
+/* and without room. Where a chunk that cannot be halved runs out under that cap, it runs */
+/* once more under the budget. KOILA_CUDA_CAP=budget (read once, at the first plan) caps  */
+/* at the budget instead, as koila did before: cuDNN then takes larger workspaces when    */
+/* the budget allows them, and the estimates do not count them. While a sample-mixing     */
+/* probe runs a module on CUDA (the first plan of a module call), cuDNN runs              */
+/* deterministic and without benchmarking or TF32, and cuBLAS without TF32; these are     */
+/* LibTorch's process-wide settings, put back when the probe ends.                        */
 /*                                                                                        */
 /* Threads share a device's budget: a planned run reserves its estimated peak while it    */
 /* runs, and plans made meanwhile count what the running ones reserved and have not yet   */
@@ -280,9 +294,10 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
    threads) when it was planned, plus its estimate with koila's margin, a tenth of the
    estimate, on top. The margin is for what an estimate cannot see: the allocator rounding
    sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the
-   need also has 22 MiB for the caching allocator's segments: koila's hard limit caps what
-   that allocator reserves from the device (20 MiB at a time for blocks of 1 to 10 MiB),
-   not only what tensors hold. A run fits
+   need also has what the caching allocator reserves beyond the run's tensors (its
+   segments and rounding, modelled on the run's simulated allocations; 22 MiB where the
+   simulation cannot run): koila's hard limit caps what that allocator reserves from the
+   device, not only what tensors hold. A run fits
    when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes,
    without the margin) is below the budget may still not fit. koila_plan_describe and every
    refusal state the margin and the need. */

@@ -9,6 +9,9 @@
 #include <c10/core/Device.h>
 
 #include <exception>
+#include <memory>
+
+#include "base/libtorch_compat.h"
 
 namespace koila {
 
@@ -23,6 +26,7 @@ class FixedKernels {
     c.setBenchmarkCuDNN(false);
     c.setDeterministicCuDNN(true);
     c.setAllowTF32CuDNN(false);
+    precision_ = std::make_unique<compat::CudaIeeePrecision>();  // (LibTorch 2.10's newer settings)
     try {
       // (LibTorch 2.x refuses to read this where a caller set TF32 through both its legacy
       // and its newer settings: then cuBLAS is left as it is.)
@@ -34,6 +38,7 @@ class FixedKernels {
   }
   ~FixedKernels() {
     if (!active_) return;
+    precision_.reset();
     at::Context& c = at::globalContext();
     c.setBenchmarkCuDNN(benchmark_);
     c.setDeterministicCuDNN(deterministic_);
@@ -45,6 +50,7 @@ class FixedKernels {
 
  private:
   bool active_;
+  std::unique_ptr<compat::CudaIeeePrecision> precision_;
   bool benchmark_ = false, deterministic_ = false, tf32_cudnn_ = false, tf32_cublas_ = false, cublas_set_ = false;
 };
 

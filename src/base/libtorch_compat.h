@@ -3,6 +3,7 @@
 // TORCH_VERSION_* itself. Each entry says what changed and from which version.
 #pragma once
 
+#include <ATen/Context.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Allocator.h>
 #include <torch/version.h>
@@ -88,5 +89,44 @@ using CommBackend = c10d::ProcessGroup;
 torch::optim::OptimizerParamState* param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                      std::unique_ptr<torch::optim::OptimizerParamState> state);
+
+// LibTorch 2.10 and later keep a float32 precision per backend and op, besides the older
+// allowTF32CuDNN/CuBLAS flags (2.9 keeps them by name): while this lives, CUDA's
+// convolutions, recurrent layers and matrix products are set to IEEE float32, and put back
+// after. Nothing before 2.10, where the older flags are the only ones. (LibTorch refuses to
+// mix the two kinds of setting in some versions: a refusal leaves the precision as it is.)
+class CudaIeeePrecision {
+ public:
+  CudaIeeePrecision() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+    for (const at::Float32Op op : {at::Float32Op::CONV, at::Float32Op::RNN, at::Float32Op::MATMUL}) {
+      try {
+        at::Context& c = at::globalContext();
+        const at::Float32Precision before = c.float32Precision(at::Float32Backend::CUDA, op);
+        c.setFloat32Precision(at::Float32Backend::CUDA, op, at::Float32Precision::IEEE);
+        saved_.emplace_back(op, before);
+      } catch (const std::exception&) {
+      }
+    }
+#endif
+  }
+  ~CudaIeeePrecision() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+    for (const auto& [op, before] : saved_) {
+      try {
+        at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, op, before);
+      } catch (const std::exception&) {
+      }
+    }
+#endif
+  }
+  CudaIeeePrecision(const CudaIeeePrecision&) = delete;
+  CudaIeeePrecision& operator=(const CudaIeeePrecision&) = delete;
+
+ private:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+  std::vector<std::pair<at::Float32Op, at::Float32Precision>> saved_;
+#endif
+};
 
 }  // namespace koila::compat

@@ -69,7 +69,7 @@ void CachingAllocatorModel::note_peaks() {
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   uint64_t needed = held_by_live_segments_;
   if (expandable_) {
-    needed = 0;
+    needed = page(true) + page(false);  // the pages shared with what was in use before (see the header)
     for (const Segment& s : segments_) needed += live_pages(s);
   }
   needed_peak_ = std::max(needed_peak_, needed);

@@ -22,7 +22,9 @@
 // later) each pool is one segment that maps pages at its end as it grows (2 MiB pages for the
 // small pool, 20 MiB for the large one), every block is split when 512 bytes or more remain,
 // and under a cap the pages of free blocks are unmapped: what must fit is then the pages live
-// blocks touch.
+// blocks touch, plus one page of each pool: the tensors in use before the run share pages with
+// the run's blocks, which the model, starting empty, cannot see (on an H200, forced splits of
+// the corpus under expandable segments ran out of memory where this page was not counted).
 // One stream is modelled (koila's runs allocate on the device's current stream).
 #pragma once
 

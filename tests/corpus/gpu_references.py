@@ -26,6 +26,11 @@ def main():
     device = torch.device(sys.argv[3] if len(sys.argv) == 4 else "cuda:0")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    # PyTorch 2.9 and later: the precisions per op, which its kernels read.
+    for setting in (getattr(torch.backends.cudnn, "conv", None), getattr(torch.backends.cudnn, "rnn", None),
+                    torch.backends.cuda.matmul):
+        if setting is not None and hasattr(setting, "fp32_precision"):
+            setting.fp32_precision = "ieee"
     os.makedirs(dst, exist_ok=True)
     for n in os.listdir(src):
         shutil.copyfile(os.path.join(src, n), os.path.join(dst, n))

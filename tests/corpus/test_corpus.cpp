@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "base/libtorch_compat.h"
 #include "corpus.h"
 
 using namespace koila_corpus;
@@ -54,11 +55,13 @@ const int64_t kMinChunks = [] {
 }();
 
 // On a GPU, TF32 off in cuDNN and cuBLAS, as PyTorch's references there were computed
-// (gpu_references.py): the corpus compares koila's chunking, not TF32's rounding.
+// (gpu_references.py): the corpus compares koila's chunking, not TF32's rounding. Both kinds
+// of LibTorch setting: the older flags, and 2.10's precisions per op, which its kernels read.
 [[maybe_unused]] const bool kNoTf32 = [] {
   if (std::string(corpus_device()).rfind("cuda", 0) == 0) {
     at::globalContext().setAllowTF32CuDNN(false);
     at::globalContext().setAllowTF32CuBLAS(false);
+    static koila::compat::CudaIeeePrecision ieee;  // for the whole process
   }
   return true;
 }();
