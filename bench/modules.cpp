@@ -124,9 +124,9 @@ int main(int argc, char** argv) {
     const uint64_t held = bench::memory(device).current;
     const uint64_t full_extra = koila_plan_full_peak_bytes(plan) - held;
     koila_plan_free(plan);
-    check(koila_set_memory_budget(device, held + full_extra / 4 +
-                                              koila::estimate_allocator_overhead(loss->node, koila::RunMode::Training,
-                                                                                 -1)),
+    check(koila_set_memory_budget(
+              device,
+              held + full_extra / 4 + koila::estimate_allocator_overhead(loss->node, koila::RunMode::Training, -1)),
           "koila_set_memory_budget");
     check(koila_plan_new(&plan, loss.get(), KOILA_MODE_TRAINING), "koila_plan_new");
     const long long chunk = koila_plan_chunk_size(plan), chunks = koila_plan_num_chunks(plan);

@@ -18,10 +18,10 @@ TEST(AllocatorModel, RoundsRequestsAndSizesSegmentsAsTheAllocator) {
   EXPECT_EQ(CachingAllocatorModel::round_size(1), 512u);
   EXPECT_EQ(CachingAllocatorModel::round_size(512), 512u);
   EXPECT_EQ(CachingAllocatorModel::round_size(513), 1024u);
-  EXPECT_EQ(CachingAllocatorModel::segment_size(1 * MiB), 2 * MiB);              // small pool
-  EXPECT_EQ(CachingAllocatorModel::segment_size(1 * MiB + 512), 20 * MiB);       // large, below 10 MiB
+  EXPECT_EQ(CachingAllocatorModel::segment_size(1 * MiB), 2 * MiB);         // small pool
+  EXPECT_EQ(CachingAllocatorModel::segment_size(1 * MiB + 512), 20 * MiB);  // large, below 10 MiB
   EXPECT_EQ(CachingAllocatorModel::segment_size(10 * MiB - 512), 20 * MiB);
-  EXPECT_EQ(CachingAllocatorModel::segment_size(10 * MiB), 10 * MiB);            // rounded to 2 MiB
+  EXPECT_EQ(CachingAllocatorModel::segment_size(10 * MiB), 10 * MiB);  // rounded to 2 MiB
   EXPECT_EQ(CachingAllocatorModel::segment_size(11 * MiB + 512), 12 * MiB);
 }
 
@@ -69,12 +69,12 @@ TEST(AllocatorModel, WhollyFreeSegmentsAreGivenBackUnderACap) {
 
 TEST(AllocatorModel, BestFitTakesTheSmallestFreeBlockThatIsLargeEnough) {
   CachingAllocatorModel m;
-  const uint64_t big = m.malloc(12 * MiB);    // its own 12 MiB segment
-  const uint64_t small = m.malloc(4 * MiB);   // a 20 MiB segment, 16 MiB left free
-  m.free(big);                                // free: 12 MiB (segment 1) and 16 MiB (segment 2)
-  m.malloc(11 * MiB);                         // best fit: the 12 MiB block, not split (1 MiB left)
+  const uint64_t big = m.malloc(12 * MiB);   // its own 12 MiB segment
+  const uint64_t small = m.malloc(4 * MiB);  // a 20 MiB segment, 16 MiB left free
+  m.free(big);                               // free: 12 MiB (segment 1) and 16 MiB (segment 2)
+  m.malloc(11 * MiB);                        // best fit: the 12 MiB block, not split (1 MiB left)
   EXPECT_EQ(m.allocated(), 16 * MiB);
-  m.malloc(15 * MiB);                         // the 16 MiB block, no new segment
+  m.malloc(15 * MiB);  // the 16 MiB block, no new segment
   EXPECT_EQ(m.reserved(), 32 * MiB);
   m.free(small);
 }

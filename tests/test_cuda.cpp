@@ -17,10 +17,10 @@
 #include "base/dlpack.h"
 #include "helpers.h"
 #include "koila.h"
-#include "module_helpers.h"
-#include "scripted_models.h"
 #include "memory/device_memory.h"
 #include "models.h"
+#include "module_helpers.h"
+#include "scripted_models.h"
 
 namespace koila_test {
 namespace {

@@ -365,11 +365,64 @@ TEST(Estimates, ChunksOfOneAreProbedAsTheRunGoes) {
   const uint64_t before = current_cpu();
   const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
   ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(1.15 * static_cast<double>(extra))));
-  plan_of(loss.get(), KOILA_MODE_TRAINING);  // probes (into copies)
+  plan_of(loss.get(), KOILA_MODE_TRAINING);  // probes (into .grad, put back after)
   for (const at::Tensor& p : m.params()) EXPECT_FALSE(p.grad().defined()) << "a probe set a parameter's .grad";
   const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_NE(run.text.find("64 chunks of 1"), std::string::npos) << run.text;
   EXPECT_NE(run.text.find("chunks of 1: probed as the run's"), std::string::npos) << run.text;
+  EXPECT_LE(std::abs(error_of(run)), 0.01) << run.text;
+  m.zero_grad();
+}
+
+// A probe as the run goes adds into the parameters' own .grad and puts them back as a failed
+// run does: an absent .grad stays absent, a zero one zero, a held one bit for bit.
+TEST(Estimates, AProbeAsTheRunGoesPutsEveryGradBack) {
+  BudgetGuard restore;
+  const Model m(Kind::CNN, at::kCPU, 6);
+  const at::Tensor xs = m.input(16), ys = m.target(16);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  const std::vector<at::Tensor> params = m.params();
+  ASSERT_GE(params.size(), 3u);
+  std::vector<at::Tensor> before(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor p = params[i];
+    if (i % 3 == 0) continue;  // absent
+    p.mutable_grad() = i % 3 == 1 ? at::zeros_like(p) : at::randn_like(p);
+    before[i] = p.grad().clone();
+  }
+  const uint64_t probes = koila::testing::probes_run();
+  koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  EXPECT_GT(koila::testing::probes_run(), probes) << "no probe ran";
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!before[i].defined()) {
+      EXPECT_FALSE(params[i].grad().defined()) << "parameter " << i << " has a .grad after the probe";
+      continue;
+    }
+    ASSERT_TRUE(params[i].grad().defined()) << "parameter " << i;
+    EXPECT_TRUE(at::equal(params[i].grad(), before[i])) << "parameter " << i << "'s .grad changed";
+  }
+}
+
+// Where no ops are followed (a device's probes, whose figures are the process's), a chunk of a
+// calibration probe's size is probed as the run goes too, not given what the probe took at its
+// own peak: the estimate is the run's.
+TEST(Estimates, WithoutOpsChunksOfProbeSizesAreProbedAsTheRunGoes) {
+  BudgetGuard restore;
+  koila::testing::set_ops_followed(false);
+  struct Follow {
+    ~Follow() { koila::testing::set_ops_followed(true); }
+  } follow_again;
+  const Model m(Kind::CNN, at::kCPU, 7);
+  const at::Tensor xs = m.input(64), ys = m.target(64);
+  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
+  Handle loss = m.loss(x.get(), y.get());
+  const uint64_t before = current_cpu();
+  const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, 2);
+  ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(1.12 * static_cast<double>(extra))));
+  const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(run.text.find("32 chunks of 2"), std::string::npos) << run.text;
+  EXPECT_NE(run.text.find("chunks of 2: probed as the run's"), std::string::npos) << run.text;
   EXPECT_LE(std::abs(error_of(run)), 0.01) << run.text;
   m.zero_grad();
 }

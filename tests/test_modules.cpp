@@ -308,13 +308,12 @@ TEST(Modules, TheMixingProbeToleratesNoiseButNotMixing) {
   const at::Tensor xs = at::randn({6, 8});
   Handle x = koila_models::lazy(xs, 0);
   auto built = [&](const std::string& source) {
-    torch::jit::Module mod =
-        scripted::module("Noisy", {{"w", at::randn({8})}}, {{"calls", at::zeros({1})}}, source);
+    torch::jit::Module mod = scripted::module("Noisy", {{"w", at::randn({8})}}, {{"calls", at::zeros({1})}}, source);
     ModuleHandle m = wrap(mod);
     return forward(m.get(), {x.get()});
   };
-  Handle noisy = built(
-      "def forward(self, x):\n    self.calls.add_(1.0)\n    return torch.tanh(x * self.w) + 1e-3 * self.calls\n");
+  Handle noisy =
+      built("def forward(self, x):\n    self.calls.add_(1.0)\n    return torch.tanh(x * self.w) + 1e-3 * self.calls\n");
   EXPECT_TRUE(node(noisy.get()).couples.empty()) << node(noisy.get()).couples;
   EXPECT_EQ(batch_dim_of(noisy.get()), 0);
   Handle mixing = built(

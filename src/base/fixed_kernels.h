@@ -33,8 +33,7 @@ class FixedKernels {
       tf32_cublas_ = c.allowTF32CuBLAS();
       c.setAllowTF32CuBLAS(false);
       cublas_set_ = true;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   ~FixedKernels() {
     if (!active_) return;

@@ -105,8 +105,7 @@ class CudaIeeePrecision {
         const at::Float32Precision before = c.float32Precision(at::Float32Backend::CUDA, op);
         c.setFloat32Precision(at::Float32Backend::CUDA, op, at::Float32Precision::IEEE);
         saved_.emplace_back(op, before);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
 #endif
   }
@@ -115,8 +114,7 @@ class CudaIeeePrecision {
     for (const auto& [op, before] : saved_) {
       try {
         at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, op, before);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
 #endif
   }

@@ -55,8 +55,8 @@ class CachingAllocatorModel {
   uint64_t malloc(uint64_t bytes);
   void free(uint64_t handle);
 
-  uint64_t allocated() const { return allocated_; }        // blocks handed out, as its stats count them
-  uint64_t reserved() const { return reserved_; }          // segments (or pages) held, cached ones too
+  uint64_t allocated() const { return allocated_; }  // blocks handed out, as its stats count them
+  uint64_t reserved() const { return reserved_; }    // segments (or pages) held, cached ones too
   uint64_t peak_allocated() const { return peak_allocated_; }
   uint64_t peak_reserved() const { return peak_reserved_; }  // with every cached segment kept
   // The least cap on reserved bytes under which every allocation so far succeeds (segments
@@ -71,7 +71,7 @@ class CachingAllocatorModel {
   struct Segment {
     bool small = false;
     uint64_t size = 0;
-    uint64_t live = 0;                // blocks handed out in it
+    uint64_t live = 0;                 // blocks handed out in it
     std::map<uint64_t, Block> blocks;  // offset -> block
   };
   using FreeKey = std::tuple<uint64_t, size_t, uint64_t>;  // size, segment, offset (best fit, then address)
@@ -84,7 +84,7 @@ class CachingAllocatorModel {
 
   bool expandable_;
   std::vector<Segment> segments_;
-  std::set<FreeKey> free_[2];  // [small]
+  std::set<FreeKey> free_[2];                                          // [small]
   std::unordered_map<uint64_t, std::pair<size_t, uint64_t>> handles_;  // handle -> segment, offset
   uint64_t next_handle_ = 1;
   uint64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0, needed_peak_ = 0;

@@ -248,8 +248,10 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // with a run on another thread.
 // `ops`: its ops (OpPoints) are noted there; left empty where the device's figures are not
 // this thread's own (RunMemory::take_window).
+// `needed`: where the run itself (not the probe's copies) runs out of memory, what it needed
+// at least (what it held and asked for: the CPU's figure; on a device, more than it held).
 uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
-               bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr) {
+               bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr, uint64_t* needed = nullptr) {
   const c10::Device device = canonical_device(root->meta.device);
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
@@ -278,17 +280,22 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
     return found != copies.end() ? found->second : node.value;
   };
   RunMemory usage(device);
-  if (ops && usage.take_window()) {
-    run_followed(root, a, mode, run, *ops, [&usage](uint64_t* live, uint64_t* peak) {
-      const std::optional<RunMemory::Window> w = usage.take_window();
-      if (!w) return false;
-      *live = w->live;
-      *peak = w->peak;
-      return true;
-    });
-  } else {
-    run_mode(root, a, mode, run);
-    if (ops) ops->clear();
+  try {
+    if (ops && usage.take_window()) {
+      run_followed(root, a, mode, run, *ops, [&usage](uint64_t* live, uint64_t* peak) {
+        const std::optional<RunMemory::Window> w = usage.take_window();
+        if (!w) return false;
+        *live = w->live;
+        *peak = w->peak;
+        return true;
+      });
+    } else {
+      run_mode(root, a, mode, run);
+      if (ops) ops->clear();
+    }
+  } catch (...) {
+    if (needed && is_out_of_memory(std::current_exception())) *needed = std::max(usage.refused(), usage.peak() + 1);
+    throw;
   }
   return usage.peak();
 }
@@ -410,7 +417,17 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
   try {
     std::vector<OpPoint> ops;
     const bool follow = by_op && !sim->ops.empty();  // (nothing to compare with otherwise)
-    const uint64_t real = probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr);
+    uint64_t needed = 0;
+    const uint64_t real = [&] {
+      try {
+        return probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr, &needed);
+      } catch (...) {
+        // The run itself ran out of this plan's room: that chunk, and larger ones, need more
+        // than it held (the probe's own copies running out say nothing of the run).
+        if (needed > 0) needed_at_least_[samples] = std::max(needed_at_least_[samples], needed);
+        throw;
+      }
+    }();
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
     if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
@@ -454,7 +471,6 @@ void Estimator::calibrate(Calibration& c) {
     }
     c.failure = why;
     if (probed == Probed::OutOfMemory) {  // no room now (other runs, a smaller budget): again in a later plan
-      out_of_room_from_ = std::min(out_of_room_from_, samples);
       c.done = false;
       c.probes.clear();
       c.by_op.clear();
@@ -489,7 +505,6 @@ void Estimator::fit() {
       r.probe_failure = reason(e);
       r.probes.clear();
       r.probed = !is_out_of_memory(e);  // no room now: try again in a later plan
-      if (!r.probed) out_of_room_from_ = std::min(out_of_room_from_, samples);
       return;
     }
     r.probed = true;
@@ -513,21 +528,18 @@ void Estimator::fit() {
 
 // Under the record's lock and the calibration's: a probe of the run's first chunks of
 // `samples` as the run goes (probe_against_simulation, like a chunk).
-std::optional<uint64_t> Estimator::calibrate_below(Calibration& c, int64_t samples) {
-  auto found = c.below.find(samples);
-  if (found == c.below.end()) {
+std::optional<uint64_t> Estimator::calibrate_as_run(Calibration& c, int64_t samples) {
+  auto found = c.as_run.find(samples);
+  if (found == c.as_run.end()) {
     int64_t difference = 0;
     std::string why;
     const Probed probed = probe_against_simulation(samples, &difference, &why, /*like_a_chunk=*/true);
     if (probed == Probed::Measured)  // at least the kernels' scalars, as calibrate() adds
-      found = c.below.emplace(samples, std::max<uint64_t>(std::max<int64_t>(difference, 0), kKernelScalars)).first;
+      found = c.as_run.emplace(samples, std::max<uint64_t>(std::max<int64_t>(difference, 0), kKernelScalars)).first;
     else if (probed == Probed::Failed)
-      found = c.below.emplace(samples, std::nullopt).first;  // `bytes` stays
-    else if (probed == Probed::OutOfMemory)
-      out_of_room_from_ = std::min(out_of_room_from_, samples);  // (probed again in a later plan)
+      found = c.as_run.emplace(samples, std::nullopt).first;  // `bytes` stays
     else
-      return std::nullopt;  // no simulation, or no room now: in a later plan
-    if (found == c.below.end()) return std::nullopt;
+      return std::nullopt;  // no simulation, or no room now (or it ran out of it): in a later plan
   }
   return found->second;
 }
@@ -594,7 +606,7 @@ uint64_t Estimator::extra(int64_t chunk) {
     if (!c.probes.empty()) {
       const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
       if (samples < smallest)
-        added = calibrate_below(c, samples).value_or(added);
+        added = calibrate_as_run(c, samples).value_or(added);
       else {
         const auto same = c.probes.find(samples);
         if (same != c.probes.end())  // a chunk of a probe's size: what that probe took, not the larger's
@@ -606,12 +618,19 @@ uint64_t Estimator::extra(int64_t chunk) {
           // not at every plan (a plan of every step walks no ops).
           if (!sim->added_op_by_op) sim->added_op_by_op = added_op_by_op(c, *sim, samples, added);
           added = *sim->added_op_by_op;
+        } else if (chunk >= 0 && samples <= largest) {
+          // No ops to follow (a device's probes, whose figures are the process's): what a probe
+          // took at its own peak is not what the run takes at the run's (cuDNN's workspace in a
+          // convolution's backward, beside gradients the run adds as it goes: convnext_tiny's
+          // chunks of 2 on an H200 were estimated 24% short). A chunk within the probes' sizes
+          // is probed as the run goes, as a smaller one is.
+          added = calibrate_as_run(c, samples).value_or(added);
         }
       }
-    } else if (!c.done && samples < out_of_room_from_ && chunk >= 0) {
-      // The calibration probes ran out of this plan's room: a smaller chunk is probed as the
-      // run goes, as chunks below the probes are.
-      added = calibrate_below(c, samples).value_or(added);
+    } else if (!c.done && chunk >= 0 && samples < 2) {
+      // The calibration probes (2 samples and more) ran out of this plan's room: a chunk of one
+      // is probed as the run goes, as it is below the probes.
+      added = calibrate_as_run(c, samples).value_or(added);
     }
     bytes += added;
   } else {
@@ -623,8 +642,9 @@ uint64_t Estimator::extra(int64_t chunk) {
   }
   if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
-  // A probe of this many samples or fewer ran out of this plan's room: more than the room.
-  if (samples >= out_of_room_from_ && room_ < UINT64_MAX) bytes = std::max(bytes, room_ + 1);
+  // A probe's run of this many samples or fewer ran out of this plan's room: at least what it needed.
+  for (const auto& [n, needed] : needed_at_least_)
+    if (n <= samples) bytes = std::max(bytes, needed);
   const int64_t key = chunk < 0 ? a_.batch : chunk;
   for (const auto& [c, seen] : r.observed)
     if (c <= key || key < 0) bytes = std::max(bytes, seen);
@@ -637,7 +657,7 @@ uint64_t Estimator::allocator_overhead(int64_t chunk) {
   chunk = normalized(chunk);
   std::lock_guard<std::mutex> lock(record_->mutex);
   const Simulated* sim = simulated(chunk, kSimulatedChunks);
-  const uint64_t bytes = !sim                             ? kUnmodelledAllocatorBytes
+  const uint64_t bytes = !sim                              ? kUnmodelledAllocatorBytes
                          : sim->allocator_peak > sim->peak ? sim->allocator_peak - sim->peak
                                                            : 0;
   return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
@@ -672,7 +692,7 @@ std::string Estimator::source() {
         if (c.slope > 0) os << " and " << human_bytes(static_cast<uint64_t>(c.slope)) << " a sample";
         os << " beyond the simulation";
       }
-      for (const auto& [samples, d] : c.below)
+      for (const auto& [samples, d] : c.as_run)
         if (d) os << "; chunks of " << samples << ": probed as the run's, +" << human_bytes(*d) << " instead";
       os << ")";
     } else if (!c.failure.empty())

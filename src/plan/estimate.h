@@ -30,6 +30,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,11 +65,12 @@ class Estimator {
 
   // The bytes free for a probe now (default: no limit). Probes that would not fit in it
   // (with the margin) are put off to a later plan: a plan that refuses runs nothing.
-  // A probe that runs out of memory within it shows that its chunk, and every larger one,
-  // needs more than that room: their figures in this plan are then above it.
+  // A probe whose run runs out of memory within it shows that its chunk, and every larger one,
+  // needs at least what that run held and asked for: their figures in this plan are then at
+  // least that.
   void set_room(uint64_t bytes) {
     room_ = bytes;
-    out_of_room_from_ = INT64_MAX;
+    needed_at_least_.clear();
   }
 
   // How batch norm in training will treat its statistics (koila_set_batch_stats): a pass
@@ -116,9 +118,9 @@ class Estimator {
   // without ops to compare.
   uint64_t added_op_by_op(const Calibration& c, const Simulated& sim, int64_t samples, uint64_t global);
   void calibrate(Calibration& c);
-  // What a chunk smaller than every calibration probe takes beyond its simulation (probed
+  // What a chunk takes beyond its simulation, probed as the run goes (Calibration::as_run;
   // once, when a plan first needs it); nullopt where that is not known.
-  std::optional<uint64_t> calibrate_below(Calibration& c, int64_t samples);
+  std::optional<uint64_t> calibrate_as_run(Calibration& c, int64_t samples);
   void fit();
 
   const NodePtr& root_;
@@ -127,7 +129,7 @@ class Estimator {
   GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
-  int64_t out_of_room_from_ = INT64_MAX;  // the fewest samples whose probe ran out of the room
+  std::map<int64_t, uint64_t> needed_at_least_;  // samples -> what a probe's run needed, out of room
   koila_batch_stats batch_stats_ = KOILA_BATCH_STATS_EXACT;
 };
 

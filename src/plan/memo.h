@@ -68,14 +68,15 @@ struct Calibration {
   // workspaces are not a smaller chunk's (oneDNN's LSTM on LibTorch 2.x, +29% in chunks of 2).
   uint64_t bytes = 0;
   double slope = 0;
-  // Chunks smaller than the smallest probe (1 sample, where backends choose other kernels:
+  // Chunks probed as the run's chunks go (gradients added into .grad as they come and put back
+  // after; not all held at once as the calibration probes hold them), when a plan first needs
+  // one: those smaller than the smallest probe (1 sample, where backends choose other kernels:
   // LibTorch's CPU convolution takes other buffers for one sample than for 2 or 4, oneDNN
-  // reorders no weights), probed when a plan first needs one, as the run's chunks go
-  // (gradients added into .grad as they come and put back after; not all held at once as the
-  // calibration probes hold them): samples -> bytes beyond the simulation of the same chunks
-  // (at least the kernels' scalars), added instead of `bytes`. Absent: not probed yet (or no room
-  // then); nullopt: the probe failed, `bytes` stays.
-  std::map<int64_t, std::optional<uint64_t>> below;
+  // reorders no weights), and, where no ops are followed (a device), those within the probes'
+  // sizes: samples -> bytes beyond the simulation of the same chunks (at least the kernels'
+  // scalars), added instead of `bytes`. Absent: not probed yet (or no room then); nullopt: the
+  // probe failed, `bytes` stays.
+  std::map<int64_t, std::optional<uint64_t>> as_run;
   // Op by op (on the CPU, where every probe ran at least 90% of its simulation's ops, by key):
   // samples -> op key -> what the probe held beyond the simulation at that op, so that a
   // chunk's figure adds each op's own to that op's simulated peak, instead of the most any

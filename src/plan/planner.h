@@ -44,8 +44,8 @@ struct Plan {
   // on CUDA the caching allocator's segments, modelled; 0 on the CPU.
   uint64_t unsplit_allocator_bytes = 0;
   uint64_t allocator_bytes = 0;
-  std::string source;                // where the figures came from (see plan/estimate.h)
-  NodePtr root;                      // what is evaluated or differentiated (plan/timeline.h simulates it again)
+  std::string source;  // where the figures came from (see plan/estimate.h)
+  NodePtr root;        // what is evaluated or differentiated (plan/timeline.h simulates it again)
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
   // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes in

@@ -162,10 +162,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 class GradientTarget {
  public:
   GradientTarget(const ChunkRun& run, const c10::Device& device, const GradFusion& fusion)
-      : run_(run),
-        into_grad_(run.commit || run.rolled_back),
-        host_(device.type() != c10::kCPU),
-        fusion_(fusion) {}
+      : run_(run), into_grad_(run.commit || run.rolled_back), host_(device.type() != c10::kCPU), fusion_(fusion) {}
   GradientTarget(const GradientTarget&) = delete;
   GradientTarget& operator=(const GradientTarget&) = delete;
   ~GradientTarget() {
