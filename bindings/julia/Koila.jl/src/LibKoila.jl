@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: cdd11db6c348a9aaf0edf4202ad1744da7d98dd9a6eaf4cb3d707b0635381e87
+# Header sha256: c9009cb0e6d2f0a1c2d0684438305639ac71830e6b78dd66994f45e6adeb3a1c
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -940,7 +940,7 @@ end
 
 C: `uint64_t koila_plan_needed_bytes(const koila_plan *p);`
 
-The budget the planned run needs: the bytes in use (and reserved by runs on other threads) when it was planned, plus its estimate with koila's margin, a tenth of the estimate, on top. The margin is for what an estimate cannot see: the allocator rounding sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the need also has 22 MiB for the caching allocator's segments: koila's hard limit caps what that allocator reserves from the device (20 MiB at a time for blocks of 1 to 10 MiB), not only what tensors hold. A run fits when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes, without the margin) is below the budget may still not fit. koila_plan_describe and every refusal state the margin and the need.
+The budget the planned run needs: the bytes in use (and reserved by runs on other threads) when it was planned, plus its estimate with koila's margin, a tenth of the estimate, on top. The margin is for what an estimate cannot see: the allocator rounding sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the need also has what the caching allocator reserves beyond the run's tensors (its segments and rounding, modelled on the run's simulated allocations; 22 MiB where the simulation cannot run): koila's hard limit caps what that allocator reserves from the device, not only what tensors hold. A run fits when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes, without the margin) is below the budget may still not fit. koila_plan_describe and every refusal state the margin and the need.
 """
 function koila_plan_needed_bytes(p)
     fptr = _fptr_koila_plan_needed_bytes[]
