@@ -14,14 +14,35 @@
 
 namespace koila {
 
+// The default generators a run on `device` can draw from: the CPU's, and on CUDA every CUDA
+// device's.
+inline std::vector<at::Generator> generators_of(const c10::Device& device) {
+  std::vector<at::Generator> out{at::globalContext().defaultGenerator(c10::Device(c10::kCPU))};
+  if (device.is_cuda()) {
+    const int count = at::detail::getCUDAHooks().getNumGPUs();
+    for (int i = 0; i < count; ++i)
+      out.push_back(at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
+  }
+  return out;
+}
+
 class RandomScope {
  public:
   explicit RandomScope(const c10::Device& device) {
-    add(at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
-    if (device.is_cuda()) {
-      const int count = at::detail::getCUDAHooks().getNumGPUs();
-      for (int i = 0; i < count; ++i)
-        add(at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
+    for (at::Generator& g : generators_of(device)) add(std::move(g));
+  }
+  // The states saved, in generators_of's order.
+  std::vector<at::Tensor> states() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [generator, state] : saved_) out.push_back(state);
+    return out;
+  }
+  // Makes the next draws those that followed `states` (from states() of a scope on the same
+  // device); the states saved come back when the scope ends.
+  void replay(const std::vector<at::Tensor>& states) {
+    for (size_t i = 0; i < saved_.size() && i < states.size(); ++i) {
+      std::lock_guard<std::mutex> lock(saved_[i].first.mutex());
+      saved_[i].first.set_state(states[i]);
     }
   }
   ~RandomScope() {

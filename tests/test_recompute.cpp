@@ -1,0 +1,162 @@
+// Recomputation's mechanism (run/recompute.h; issue 51): a segment of a lazy graph whose
+// forward keeps nothing that autograd saves inside it, and whose backward runs it again. Checked
+// against the same graph run once with autograd: gradients bit for bit (dropout's mask replayed),
+// less held between the forward and the backward, the same on meta tensors, and refusals.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "base/error.h"
+#include "helpers.h"
+#include "memory/device_memory.h"
+#include "models.h"
+#include "run/recompute.h"
+
+namespace koila_test {
+namespace {
+
+using koila::Node;
+
+// x (batch) -> tanh(x W1) -> dropout -> relu(. W2) = h2 -> h2 W3 -> mean of squares. The segment
+// is h2 from x, W1 and W2.
+struct Mlp {
+  int64_t batch, width;
+  at::Tensor w1, w2, w3;
+  Handle x, p1, p2, p3, a, h1, d, b, h2, out, sq, loss;
+  Mlp(int64_t batch_, int64_t width_) : batch(batch_), width(width_) {
+    at::manual_seed(3);
+    w1 = (at::randn({width, width}) * 0.1).requires_grad_(true);
+    w2 = (at::randn({width, width}) * 0.1).requires_grad_(true);
+    w3 = (at::randn({width, 4}) * 0.1).requires_grad_(true);
+    x = koila_models::lazy(at::randn({batch, width}), 0);
+    p1 = koila_models::share(w1);
+    p2 = koila_models::share(w2);
+    p3 = koila_models::share(w3);
+    a = CALL(koila_matmul, x.get(), p1.get());
+    h1 = CALL(koila_tanh, a.get());
+    d = CALL(koila_dropout, h1.get(), 0.5, 1);
+    b = CALL(koila_matmul, d.get(), p2.get());
+    h2 = CALL(koila_relu, b.get());
+    out = CALL(koila_matmul, h2.get(), p3.get());
+    sq = CALL(koila_mul, out.get(), out.get());
+    loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
+  }
+  const Node* n(const Handle& h) const { return h->node.get(); }
+  koila::RecomputeSegment segment() const { return {{n(x), n(p1), n(p2)}, {n(h2)}}; }
+  std::vector<at::Tensor> params() const { return {w1, w2, w3}; }
+  void zero() const {
+    for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
+  }
+};
+
+// The loss with autograd, h2 either computed in the graph or from the recomputed segment; the
+// tensors held between the forward and the backward are measured.
+at::Tensor forward(const Mlp& m, bool recompute, uint64_t* held) {
+  c10::AutoGradMode grad(true);
+  koila::EvalOptions options;
+  options.grad = true;
+  const uint64_t before = koila::memory_stats(c10::Device(c10::kCPU)).current;
+  at::manual_seed(17);  // dropout's mask
+  at::Tensor loss;
+  if (!recompute) {
+    loss = koila::evaluate(m.loss->node, options);
+  } else {
+    const koila::RecomputeSegment s = m.segment();
+    const koila::Tensors h2 = koila::run_recomputed(s, {m.x->node->value, m.w1, m.w2}, options);
+    std::unordered_map<const Node*, at::Tensor> given{{m.n(m.h2), h2[0]}};
+    koila::EvalOptions rest = options;
+    rest.given = &given;
+    loss = koila::evaluate(std::vector<const Node*>{m.n(m.loss)}, rest)[0];
+  }
+  *held = koila::memory_stats(c10::Device(c10::kCPU)).current - before;
+  return loss;
+}
+
+TEST(Recompute, GradientsEqualTheRunOnceBitForBitAndLessIsHeld) {
+  BudgetGuard restore;
+  const Mlp m(256, 256);
+  uint64_t held_once = 0, held_recomputed = 0;
+  at::Tensor loss = forward(m, false, &held_once);
+  loss.backward();
+  const std::vector<at::Tensor> once{m.w1.grad().clone(), m.w2.grad().clone(), m.w3.grad().clone()};
+  const double value = loss.item<double>();
+  m.zero();
+  at::Tensor again = forward(m, true, &held_recomputed);
+  at::manual_seed(99);  // the backward's replay must not depend on the stream's state now
+  again.backward();
+  EXPECT_EQ(again.item<double>(), value);
+  const std::vector<at::Tensor> recomputed{m.w1.grad(), m.w2.grad(), m.w3.grad()};
+  for (size_t i = 0; i < once.size(); ++i) {
+    ASSERT_TRUE(recomputed[i].defined()) << "parameter " << i;
+    EXPECT_TRUE(at::equal(recomputed[i], once[i]))
+        << "parameter " << i << " differs by " << (recomputed[i] - once[i]).abs().max().item<double>();
+  }
+  // Run once, autograd keeps tanh's result, dropout's mask and result (256 KiB each, the mask
+  // less where it is kept as bytes) beside h2; recomputed, only h2 (which relu saves).
+  EXPECT_LE(held_recomputed + (uint64_t{2} * 256 * 1024), held_once)
+      << "held " << held_recomputed << " B recomputed against " << held_once << " B run once";
+  m.zero();
+}
+
+TEST(Recompute, TheBackwardLeavesTheRandomStreamWhereItWas) {
+  BudgetGuard restore;
+  const Mlp m(8, 16);
+  uint64_t held = 0;
+  at::Tensor loss = forward(m, true, &held);
+  at::manual_seed(5);
+  loss.backward();
+  const at::Tensor drawn = at::randn({4});
+  at::manual_seed(5);
+  EXPECT_TRUE(at::equal(drawn, at::randn({4}))) << "the replay moved the caller's random stream";
+  m.zero();
+}
+
+TEST(Recompute, RunsOnMetaTensorsAsTheSimulationRunsIt) {
+  c10::AutoGradMode grad(true);
+  const Mlp m(8, 16);
+  const auto meta = [](const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kMeta)); };
+  const at::Tensor x = meta(m.x->node->value), w1 = meta(m.w1).requires_grad_(true),
+                   w2 = meta(m.w2).requires_grad_(true);
+  koila::EvalOptions options;
+  options.grad = true;
+  const koila::Tensors h2 = koila::run_recomputed(m.segment(), {x, w1, w2}, options);
+  ASSERT_EQ(h2.size(), 1u);
+  EXPECT_TRUE(h2[0].is_meta());
+  EXPECT_EQ(h2[0].sizes(), at::IntArrayRef({8, 16}));
+  ASSERT_TRUE(h2[0].requires_grad());
+  EXPECT_EQ(h2[0].grad_fn()->name(), "RecomputeBackward");
+  h2[0].sum().backward();
+  ASSERT_TRUE(w1.grad().defined());
+  EXPECT_TRUE(w1.grad().is_meta());
+}
+
+TEST(Recompute, SegmentsAreChecked) {
+  const Mlp m(8, 16);
+  // W2 left out of the inputs: the segment would reach a leaf it was not given.
+  const koila::RecomputeSegment missing{{m.n(m.x), m.n(m.p1)}, {m.n(m.h2)}};
+  try {
+    koila::segment_ops(missing);
+    ADD_FAILURE() << "a segment reaching a leaf not among its inputs was accepted";
+  } catch (const koila::Error& e) {
+    EXPECT_EQ(e.code(), KOILA_ERROR_INVALID_ARGUMENT) << e.what();
+  }
+  EXPECT_EQ(koila::segment_ops(m.segment()).size(), 5u);  // matmul, tanh, dropout, matmul, relu
+  // Batch norm in training changes its running statistics: never recomputed.
+  Handle rm = from_aten(at::zeros({16})), rv = from_aten(at::ones({16}));
+  Handle bn = CALL(koila_batch_norm, m.h2.get(), nullptr, nullptr, rm.get(), rv.get(), 1, 0.1, 1e-5);
+  const koila::RecomputeSegment stats{{m.n(m.x), m.n(m.p1), m.n(m.p2), rm->node.get(), rv->node.get()},
+                                      {bn->node.get()}};
+  try {
+    koila::segment_ops(stats);
+    ADD_FAILURE() << "a segment with batch norm in training was accepted";
+  } catch (const koila::Error& e) {
+    EXPECT_EQ(e.code(), KOILA_ERROR_UNSUPPORTED) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace koila_test
