@@ -350,21 +350,37 @@ TEST(Estimates, ACalibrationProbeStaysWithinTheBudget) {
   EXPECT_TRUE(at::allclose(to_aten(total.get()), xs.tanh().sum()));
 }
 
+// The test CNN's training loss on `batch` lazy samples.
+struct CnnLoss {
+  Model m;
+  Handle x, y, loss;
+  CnnLoss(uint64_t seed, int64_t batch)
+      : m(Kind::CNN, at::kCPU, seed),
+        x(koila_models::lazy(m.input(batch), 0)),
+        y(koila_models::lazy(m.target(batch), 0)),
+        loss(m.loss(x.get(), y.get())) {}
+};
+
+// A budget of what is in use plus `factor` times the estimate of a training run in chunks of
+// `chunk`.
+void budget_for_chunks_of(const Handle& loss, int64_t chunk, double factor) {
+  const uint64_t before = current_cpu();
+  const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, chunk);
+  ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(factor * static_cast<double>(extra))));
+}
+
 // Chunks of one sample are calibrated by their own probe (backends take other buffers for
 // one sample than for the 2 and 4 of the calibration probes). That probe held every
 // gradient at once where the run adds each into .grad as it comes, so what it found
 // beyond its simulation fell on a higher peak than the run's: the test CNN's chunks of one
 // were estimated 10.9% over (bench_memory_estimate, issue 28 item 4). The probe now runs
-// as the run's chunks do, into copies of the parameters.
+// as the run's chunks do, into the parameters' .grad, put back after.
 TEST(Estimates, ChunksOfOneAreProbedAsTheRunGoes) {
   BudgetGuard restore;
-  const Model m(Kind::CNN, at::kCPU, 5);
-  const at::Tensor xs = m.input(64), ys = m.target(64);
-  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
-  Handle loss = m.loss(x.get(), y.get());
-  const uint64_t before = current_cpu();
-  const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
-  ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(1.15 * static_cast<double>(extra))));
+  const CnnLoss c(5, 64);
+  const Model& m = c.m;
+  const Handle& loss = c.loss;
+  budget_for_chunks_of(loss, 1, 1.15);
   plan_of(loss.get(), KOILA_MODE_TRAINING);  // probes (into .grad, put back after)
   for (const at::Tensor& p : m.params()) EXPECT_FALSE(p.grad().defined()) << "a probe set a parameter's .grad";
   const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
@@ -378,11 +394,9 @@ TEST(Estimates, ChunksOfOneAreProbedAsTheRunGoes) {
 // run does: an absent .grad stays absent, a zero one zero, a held one bit for bit.
 TEST(Estimates, AProbeAsTheRunGoesPutsEveryGradBack) {
   BudgetGuard restore;
-  const Model m(Kind::CNN, at::kCPU, 6);
-  const at::Tensor xs = m.input(16), ys = m.target(16);
-  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
-  Handle loss = m.loss(x.get(), y.get());
-  const std::vector<at::Tensor> params = m.params();
+  const CnnLoss c(6, 16);
+  const Handle& loss = c.loss;
+  const std::vector<at::Tensor> params = c.m.params();
   ASSERT_GE(params.size(), 3u);
   std::vector<at::Tensor> before(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -413,13 +427,10 @@ TEST(Estimates, WithoutOpsChunksOfProbeSizesAreProbedAsTheRunGoes) {
   struct Follow {
     ~Follow() { koila::testing::set_ops_followed(true); }
   } follow_again;
-  const Model m(Kind::CNN, at::kCPU, 7);
-  const at::Tensor xs = m.input(64), ys = m.target(64);
-  Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
-  Handle loss = m.loss(x.get(), y.get());
-  const uint64_t before = current_cpu();
-  const uint64_t extra = koila::estimate_extra(loss->node, koila::RunMode::Training, 2);
-  ASSERT_OK(koila_set_memory_budget("cpu", before + static_cast<uint64_t>(1.12 * static_cast<double>(extra))));
+  const CnnLoss c(7, 64);
+  const Model& m = c.m;
+  const Handle& loss = c.loss;
+  budget_for_chunks_of(loss, 2, 1.12);
   const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_NE(run.text.find("32 chunks of 2"), std::string::npos) << run.text;
   EXPECT_NE(run.text.find("chunks of 2: probed as the run's"), std::string::npos) << run.text;
