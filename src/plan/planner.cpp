@@ -112,11 +112,13 @@ Plan device_plan(const NodePtr& root, RunMode mode) {
   return p;
 }
 
-// Bytes the budget leaves beyond what is in use and reserved when `p` was planned.
-uint64_t room_left(const Plan& p) {
+// Bytes `limit` (default: the budget) leaves beyond what is in use and reserved when `p` was
+// planned.
+uint64_t room_left(const Plan& p, uint64_t limit) {
   const uint64_t taken = p.in_use_bytes + p.reserved_by_others_bytes;
-  return p.budget_bytes > taken ? p.budget_bytes - taken : 0;
+  return limit > taken ? limit - taken : 0;
 }
+uint64_t room_left(const Plan& p) { return room_left(p, p.budget_bytes); }
 
 // The plan of a lazy `root` in `mode`, from its analysis and an estimator made for them
 // (made once per planned run, however often it plans again). A plan that does not fit
@@ -247,9 +249,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         // says nothing of this graph); when a device ran out, more than the room it was
         // given (the device had less than the cap, or the cap was the plan's: the next
         // plans take less, or allow more).
-        Plan given = plan;
-        given.budget_bytes = cap;
-        const uint64_t room = room_left(given);
+        const uint64_t room = room_left(plan, cap);
         const uint64_t refused = usage.refused();
         estimator.record_run(plan.chunk, std::max(refused > 0 ? refused : room + 1, usage.peak() + 1));
         release_cached_memory(plan.device);
