@@ -38,7 +38,9 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment);
 // grad mode, where some input requires grad, each output's history is one autograd node that
 // keeps the inputs and the random generators' states and, in the backward, runs the segment again
 // to differentiate it; nothing else of the segment is kept. `options`: as the evaluation around
-// it (its chunk, its leaves); `given` and `reached_leaves` are the segment's own.
+// it (its chunk, its leaves); `given` and `reached_leaves` are the segment's own. The backward
+// runs with the same options: what their functions refer to (a simulation's stand-ins, an
+// observer) must outlive it, as they do in a chunk whose backward follows its forward.
 Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_values, const EvalOptions& options);
 
 }  // namespace koila
