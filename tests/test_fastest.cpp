@@ -275,7 +275,10 @@ TEST_F(Fastest, EvaluationResultsEqualTheUnsplitOnes) {
   for (int i = 0; i < 11; ++i) {
     chunks.push_back(plan_of(logits.get(), KOILA_MODE_FORWARD).chunk);
     const at::Tensor out = to_aten(logits.get());
-    EXPECT_TRUE(at::allclose(out, expected, 1e-5, 1e-6))
+    // (Absolute 1e-5: on a CPU with AVX-512, LibTorch 2.14's convolutions round one sample
+    // otherwise than a batch of 16, in plain PyTorch too; this CNN's logits in chunks of 1 are
+    // 1.7e-6 from the unsplit ones, with or without this session's changes.)
+    EXPECT_TRUE(at::allclose(out, expected, 1e-5, 1e-5))
         << "chunks of " << chunks.back() << ": " << (out - expected).abs().max();
   }
   EXPECT_EQ(chunks, (std::vector<int64_t>{16, 8, 4, 2, 1, 16, 8, 4, 2, 1, 1}));
