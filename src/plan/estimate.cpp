@@ -414,26 +414,21 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
   const Simulated* sim = simulated(samples, chunks, /*as_probe=*/!like_a_chunk);
   if (!sim) return Probed::NoSimulation;
   if (static_cast<double>(sim->peak) * (1 + kMargin) > static_cast<double>(room_)) return Probed::NoRoom;
+  uint64_t needed = 0;  // set where the probe's run itself ran out of memory
   try {
     std::vector<OpPoint> ops;
     const bool follow = by_op && !sim->ops.empty();  // (nothing to compare with otherwise)
-    uint64_t needed = 0;
-    const uint64_t real = [&] {
-      try {
-        return probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr, &needed);
-      } catch (...) {
-        // The run itself ran out of this plan's room: that chunk, and larger ones, need more
-        // than it held (the probe's own copies running out say nothing of the run).
-        if (needed > 0) needed_at_least_[samples] = std::max(needed_at_least_[samples], needed);
-        throw;
-      }
-    }();
+    const uint64_t real =
+        probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr, &needed);
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
     if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
   } catch (...) {
     const std::exception_ptr e = std::current_exception();
     *why = reason(e);
+    // The run itself ran out of this plan's room: that chunk, and larger ones, need at least
+    // what it needed (the probe's own copies running out say nothing of the run).
+    if (needed > 0) needed_at_least_[samples] = std::max(needed_at_least_[samples], needed);
     return is_out_of_memory(e) ? Probed::OutOfMemory : Probed::Failed;
   }
 }
