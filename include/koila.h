@@ -302,6 +302,11 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
    without the margin) is below the budget may still not fit. koila_plan_describe and every
    refusal state the margin and the need. */
 KOILA_API uint64_t koila_plan_needed_bytes(const koila_plan *p);
+/* Bytes of activations a chunk of the plan frees in its forward and recomputes in its
+   backward (see koila_set_recompute); 0 when nothing is recomputed, and for NULL.
+   koila_plan_describe names what is recomputed and its cost in extra forward work;
+   koila_plan_timeline shows it in the backward. */
+KOILA_API uint64_t koila_plan_recomputed_bytes(const koila_plan *p);
 /* The same if the batch ran unsplit. Under KOILA_CHUNK_LARGEST the batch is split (or the
    run refused, where it cannot be split) exactly when this exceeds the budget. */
 KOILA_API uint64_t koila_plan_full_needed_bytes(const koila_plan *p);
@@ -428,6 +433,34 @@ typedef enum koila_chunking {
   KOILA_CHUNK_FASTEST = 1  /* among the chunk sizes that fit, the one measured fastest */
 } koila_chunking;
 KOILA_API koila_status *koila_set_chunking(koila_chunking policy);
+
+/* Recomputation: training when not even one sample fits.
+   Process-wide, like koila_set_chunking. Under AS_NEEDED, a plan of a backward that finds no
+   chunk that fits the budget (not even one sample; or, for a graph that mixes samples, such as
+   batch norm in training under KOILA_BATCH_STATS_EXACT, not the whole batch) frees chosen
+   activations during the forward and recomputes them during the backward: koila picks ranges
+   of the ops in the order they run, each run again from the values it starts from when its
+   backward comes, so that the run fits with as little extra forward work as it can find, then
+   the largest chunk that fits with them. How they are chosen: a dynamic program over the run's
+   order of ops (src/plan/recompute_choice.h), checked by simulating the recomputing run on meta
+   tensors as every plan is, and calibrated as the same chunk without recomputation is.
+   Gradients equal those of the same chunks without recomputation (bit for bit on the CPU,
+   where the kernels are deterministic, but for the rounding of weight gradients that a split
+   run adds straight into .grad); random ops (dropout, stochastic depth) replay their random
+   numbers; batch norm's running statistics and a module's buffers are updated once, by the
+   first run (the second runs on copies). KOILA_ERROR_OUT_OF_MEMORY / KOILA_ERROR_NOT_SPLITTABLE
+   only when even the most recomputation koila can plan does not fit; the message then says
+   the least budget that would. A plan that fits without recomputation recomputes nothing.
+   Evaluations (no backward) never recompute: they keep nothing for a backward.
+   Granularity: one op of koila's graph. A .pt2 program runs op by op, so any range of its
+   ops can be recomputed; a TorchScript module call is one op (its forward runs whole), so a
+   call is recomputed whole or not at all.
+   An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
+typedef enum koila_recompute {
+  KOILA_RECOMPUTE_OFF = 0,       /* never recompute: as before this section existed */
+  KOILA_RECOMPUTE_AS_NEEDED = 1  /* default: only where no chunk fits without it */
+} koila_recompute;
+KOILA_API koila_status *koila_set_recompute(koila_recompute policy);
 
 /* Called after each chunk of a planned evaluation or backward, on the thread running it;
    what is "forward" or "backward"; done counts 1..total. NULL fn turns it off. */

@@ -21,6 +21,13 @@ KOILA_API koila_status* koila_set_chunking(koila_chunking policy) {
   });
 }
 
+KOILA_API koila_status* koila_set_recompute(koila_recompute policy) {
+  return guard(__func__, [&] {
+    set_recompute(
+        arg::enumeration(policy, "policy", "koila_recompute", KOILA_RECOMPUTE_OFF, KOILA_RECOMPUTE_AS_NEEDED));
+  });
+}
+
 KOILA_API koila_status* koila_set_progress(koila_progress_fn fn, void* user) {
   return guard(__func__, [&] { set_progress(fn, user); });
 }

@@ -60,6 +60,7 @@ KOILA_API uint64_t koila_plan_peak_bytes(const koila_plan* p) { return p ? p->pl
 KOILA_API uint64_t koila_plan_full_peak_bytes(const koila_plan* p) { return p ? p->plan.full_peak() : 0; }
 KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan* p) { return p ? p->plan.budget_bytes : 0; }
 KOILA_API uint64_t koila_plan_needed_bytes(const koila_plan* p) { return p ? p->plan.needed() : 0; }
+KOILA_API uint64_t koila_plan_recomputed_bytes(const koila_plan* p) { return p ? p->plan.recomputed_bytes() : 0; }
 KOILA_API uint64_t koila_plan_full_needed_bytes(const koila_plan* p) { return p ? p->plan.full_needed() : 0; }
 
 KOILA_API koila_status* koila_plan_describe(const koila_plan* p, char* buf, size_t capacity, size_t* needed) {

@@ -12,6 +12,9 @@ koila_batch_stats batch_stats();
 void set_chunking(koila_chunking policy);
 koila_chunking chunking();
 
+void set_recompute(koila_recompute policy);
+koila_recompute recompute();
+
 const char* batch_stats_name(koila_batch_stats policy);
 const char* chunking_name(koila_chunking policy);
 

@@ -197,7 +197,7 @@ void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun
 // simulated allocations (MetaAllocationScope::model_allocator).
 uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, bool commit,
                   const SimulationWatch* watch = nullptr, std::vector<OpPoint>* ops = nullptr,
-                  uint64_t* allocator_peak = nullptr) {
+                  uint64_t* allocator_peak = nullptr, const RecomputePlan* recompute = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes(), mode);
@@ -210,6 +210,7 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   run.leaf = [&leaves](const Node& node) { return leaves(node); };
   run.grad_is_zero = [&leaves](const at::Tensor& stand_in) { return leaves.grad_is_zero(stand_in); };
   run.meta = true;
+  run.recompute = recompute;
   if (watch) run.observer = watch->observer;
   run.commit = commit;
   MetaAllocationScope scope;
@@ -593,7 +594,29 @@ uint64_t Estimator::extra(int64_t chunk) {
   std::lock_guard<std::mutex> lock(r.mutex);
   uint64_t bytes = 0;
   if (const Simulated* sim = simulated(chunk, kSimulatedChunks)) {
-    bytes = sim->peak;
+    bytes = sim->peak + added_beyond(chunk, samples, *sim);
+  } else {
+    if (!r.probed) fit();
+    if (!r.probes.empty())
+      bytes = static_cast<uint64_t>(std::ceil(r.intercept + r.slope * static_cast<double>(samples)));
+    else
+      bytes = coarse_estimate(a_, mode_, chunk);
+  }
+  if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
+  bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
+  // A probe's run of this many samples or fewer ran out of this plan's room: at least what it needed.
+  for (const auto& [n, needed] : needed_at_least_)
+    if (n <= samples) bytes = std::max(bytes, needed);
+  const int64_t key = chunk < 0 ? a_.batch : chunk;
+  for (const auto& [c, seen] : r.observed)
+    if (c <= key || key < 0) bytes = std::max(bytes, seen);
+  return bytes;
+}
+
+uint64_t Estimator::added_beyond(int64_t chunk, int64_t samples, const Simulated& simulation) {
+  const Simulated* sim = &simulation;
+  GraphRecord& r = *record_;
+  {
     Calibration& c = *r.calibration;
     std::lock_guard<std::mutex> calibration_lock(c.mutex);
     if (!c.done) calibrate(c);
@@ -627,23 +650,101 @@ uint64_t Estimator::extra(int64_t chunk) {
       // is probed as the run goes, as it is below the probes.
       added = calibrate_as_run(c, samples).value_or(added);
     }
-    bytes += added;
-  } else {
-    if (!r.probed) fit();
-    if (!r.probes.empty())
-      bytes = static_cast<uint64_t>(std::ceil(r.intercept + r.slope * static_cast<double>(samples)));
-    else
-      bytes = coarse_estimate(a_, mode_, chunk);
+    return added;
   }
+}
+
+std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, uint64_t* allocator) {
+  const int64_t chunk = normalized(plan.chunk);
+  const int64_t samples = chunk < 0 ? a_.batch : chunk;
+  GraphRecord& r = *record_;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const Simulated* sim = simulated(chunk, kSimulatedChunks);
+  if (!sim) return std::nullopt;  // (no simulation: nothing to choose segments by)
+  const auto key = std::make_pair(chunk, plan.key());
+  auto found = r.recomputed.find(key);
+  if (found == r.recomputed.end()) {
+    Simulated recomputed;
+    try {
+      recomputed.peak = simulate(root_, a_, mode_, chunk, kSimulatedChunks, /*commit=*/true, nullptr, nullptr,
+                                 &recomputed.allocator_peak, &plan);
+    } catch (...) {
+      return std::nullopt;
+    }
+    found = r.recomputed.emplace(key, recomputed).first;
+  }
+  const Simulated& run = found->second;
+  uint64_t added = added_beyond(chunk, samples, *sim);
+  {
+    // Where the probes were followed op by op: a recomputed op's forward runs again during the
+    // backward, when more is held than when it first ran, so what any op took beyond its
+    // simulation may fall at the recomputing run's peak (batch norm's temporaries over its
+    // input, on the CPU: a run of 6 of them recomputed took 535 KiB more than simulated).
+    Calibration& c = *r.calibration;
+    std::lock_guard<std::mutex> calibration_lock(c.mutex);
+    if (!c.by_op.empty())
+      for (const OpPoint& op : sim->ops)
+        if (const std::optional<double> at_op = op_extra(c, op.key, /*live=*/false, samples))
+          added = std::max(added, static_cast<uint64_t>(std::ceil(*at_op)));
+  }
+  uint64_t bytes = run.peak + added;
   if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
-  // A probe's run of this many samples or fewer ran out of this plan's room: at least what it needed.
-  for (const auto& [n, needed] : needed_at_least_)
-    if (n <= samples) bytes = std::max(bytes, needed);
-  const int64_t key = chunk < 0 ? a_.batch : chunk;
-  for (const auto& [c, seen] : r.observed)
-    if (c <= key || key < 0) bytes = std::max(bytes, seen);
+  const auto seen = r.observed_recomputed.find(key);
+  if (seen != r.observed_recomputed.end()) bytes = std::max(bytes, seen->second);
+  if (allocator) {
+    const c10::Device device = canonical_device(root_->meta.device);
+    const uint64_t over = device.is_cuda() && run.allocator_peak > run.peak ? run.allocator_peak - run.peak : 0;
+    *allocator = static_cast<uint64_t>(std::llround(static_cast<double>(over) * estimate_scale.load()));
+  }
   return bytes;
+}
+
+std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64_t chunk) {
+  chunk = normalized(chunk);
+  const size_t n = schedule.order.size();
+  std::vector<double> saved(n, 0);
+  try {
+    const MetaLeaves leaves(a_.nodes(), mode_);
+    std::unordered_map<const Node*, size_t> position;
+    for (size_t i = 0; i < n; ++i) position.emplace(schedule.order[i], i);
+    std::vector<std::pair<size_t, c10::weak_intrusive_ptr<c10::StorageImpl>>> values;
+    EvalOptions options;
+    options.grad = true;
+    options.leaf = [&leaves](const Node& node) { return leaves(node); };
+    if (chunk >= 0) {
+      options.chunk_start = 0;
+      options.chunk_length = chunk;
+    }
+    options.observe = [&](const Node& node, const Tensors&, const at::Tensor& value) {
+      if (value.defined() && value.has_storage())
+        values.emplace_back(position.at(&node), value.storage().getWeakStorageImpl());
+    };
+    MetaAllocationScope scope;  // (meta: nothing is allocated)
+    const SimulatedDevice simulated(canonical_device(root_->meta.device));
+    c10::AutoGradMode on(true);
+    const Tensors roots = evaluate(schedule, options);
+    std::unordered_set<const c10::StorageImpl*> counted;  // (a leaf's, and a root's, are not the forward's to free)
+    for (const auto& [impl, stand_in] : leaves.by_impl)
+      if (stand_in.has_storage()) counted.insert(stand_in.storage().unsafeGetStorageImpl());
+    for (const at::Tensor& root : roots)
+      if (root.defined() && root.has_storage()) counted.insert(root.storage().unsafeGetStorageImpl());
+    for (const auto& [i, weak] : values) {
+      const c10::intrusive_ptr<c10::StorageImpl> alive = weak.lock();
+      if (!alive || !counted.insert(alive.get()).second) continue;
+      saved[i] = static_cast<double>(alive->nbytes());
+    }
+  } catch (...) {
+    return {};
+  }
+  return saved;
+}
+
+void Estimator::record_recomputed_run(const RecomputePlan& plan, uint64_t bytes) {
+  const auto key = std::make_pair(normalized(plan.chunk), plan.key());
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  uint64_t& seen = record_->observed_recomputed[key];
+  seen = std::max(seen, bytes);
 }
 
 uint64_t Estimator::allocator_overhead(int64_t chunk) {
@@ -659,8 +760,9 @@ uint64_t Estimator::allocator_overhead(int64_t chunk) {
 }
 
 uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
-                          const SimulationWatch& watch) {
-  return simulate(root, a, mode, a.splits(chunk) ? chunk : -1, kSimulatedChunks, /*commit=*/true, &watch);
+                          const SimulationWatch& watch, const RecomputePlan* recompute) {
+  return simulate(root, a, mode, a.splits(chunk) ? chunk : -1, kSimulatedChunks, /*commit=*/true, &watch, nullptr,
+                  nullptr, recompute);
 }
 
 std::string Estimator::simulation_failure() {

@@ -41,6 +41,7 @@
 #include "plan/memo.h"
 #include "run/analysis.h"
 #include "run/observer.h"
+#include "run/recompute.h"
 
 namespace koila {
 
@@ -87,6 +88,21 @@ class Estimator {
   // simulation failed, kUnmodelledAllocatorBytes; 0 on the CPU, whose budget counts bytes.
   uint64_t allocator_overhead(int64_t chunk);
 
+  // Estimated extra bytes of a run that recomputes as `plan` says (run/recompute.h), in its
+  // chunks: the same simulation as extra()'s with the segments recomputed, calibrated as extra()
+  // calibrates a run of that chunk, and never below what an earlier run of the same
+  // recomputation measured. `allocator`: what the device's allocator reserves beyond it (see
+  // allocator_overhead). nullopt where the graph cannot be simulated.
+  std::optional<uint64_t> extra_recomputed(const RecomputePlan& plan, uint64_t* allocator = nullptr);
+  // For each position of `schedule` (the run's, for chunks of `chunk`; -1: unsplit), the bytes
+  // of that node's value that autograd keeps for the backward once the forward is done (a value
+  // no backward function saves: 0; a storage shared by several values counted at the first),
+  // found by a forward on meta tensors that notes which values are still alive at its end.
+  // Empty where it cannot run.
+  std::vector<double> saved_by_autograd(const Schedule& schedule, int64_t chunk);
+  // A planned run recomputing as `plan` says took `bytes` beyond what was in use (or needed more).
+  void record_recomputed_run(const RecomputePlan& plan, uint64_t bytes);
+
   // What is remembered of the structure (found when the estimator was made).
   GraphRecord& record() const { return *record_; }
 
@@ -118,6 +134,9 @@ class Estimator {
   // without ops to compare.
   uint64_t added_op_by_op(const Calibration& c, const Simulated& sim, int64_t samples, uint64_t global);
   void calibrate(Calibration& c);
+  // What the calibration adds to the simulation `sim` of chunks of `chunk` (`samples`
+  // samples); under the record's lock.
+  uint64_t added_beyond(int64_t chunk, int64_t samples, const Simulated& sim);
   // What a chunk takes beyond its simulation, probed as the run goes (Calibration::as_run;
   // once, when a plan first needs it); nullopt where that is not known.
   std::optional<uint64_t> calibrate_as_run(Calibration& c, int64_t samples);
@@ -143,7 +162,7 @@ struct SimulationWatch {
   RunObserver* observer = nullptr;  // carried by the simulation's chunk strategy (chunked_run.h)
 };
 uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
-                          const SimulationWatch& watch);
+                          const SimulationWatch& watch, const RecomputePlan* recompute = nullptr);
 
 namespace testing {
 // Multiplies every simulated, calibrated, measured or coarse figure, not what runs observed

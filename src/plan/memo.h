@@ -97,6 +97,12 @@ struct GraphRecord {
   std::map<int64_t, uint64_t> probes;                          // the fit's probes: chunk -> measured extra bytes
   double intercept = 0, slope = 0;                             // the fit: extra = intercept + slope * chunk
   std::map<int64_t, uint64_t> observed;                        // planned runs: chunk -> most extra bytes measured
+  // Recomputing runs (run/recompute.h), by (chunk, RecomputePlan::key()): their simulations, and
+  // the most extra bytes planned runs measured.
+  std::map<std::pair<int64_t, uint64_t>, Simulated> recomputed;
+  std::map<std::pair<int64_t, uint64_t>, uint64_t> observed_recomputed;
+  // The ranges recomputed, chosen for (chunk, room): plans of every step choose once.
+  std::map<std::pair<int64_t, uint64_t>, std::vector<std::pair<size_t, size_t>>> recompute_choices;
   ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
 };
 

@@ -1,12 +1,14 @@
 #include "plan/planner.h"
 
 #include <c10/core/GradMode.h>
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -21,6 +23,7 @@
 #include "plan/estimate.h"
 #include "plan/fastest.h"
 #include "plan/memo.h"
+#include "plan/recompute_choice.h"
 #include "run/chunked_run.h"
 #include "run/executor.h"
 #include "run/progress.h"
@@ -120,6 +123,110 @@ uint64_t room_left(const Plan& p, uint64_t limit) {
 }
 uint64_t room_left(const Plan& p) { return room_left(p, p.budget_bytes); }
 
+// The room a plan's estimate may take for a need within the budget (Plan::needed inverted), with
+// `allocator` bytes for the device's allocator.
+uint64_t extra_that_fits(const Plan& p, uint64_t allocator) {
+  const uint64_t room = room_left(p);
+  if (room <= allocator) return 0;
+  return static_cast<uint64_t>(static_cast<double>(room - allocator) / (1.0 + kMargin));
+}
+
+// What recomputing as `r` needs: the figures, and whether they fit `p`.
+struct Recomputing {
+  std::shared_ptr<const RecomputePlan> plan;
+  uint64_t extra = 0, allocator = 0;
+  bool fits = false;
+};
+
+// The recomputation of chunks of `chunk` (-1: unsplit) that fits `p` with the least extra
+// forward work, or, with `most`, the one that frees the most (to find whether any fits). Each
+// choice (plan/recompute_choice.h) is simulated; where it falls short, the model is asked for
+// what the simulation says is missing, scaled by how far the model was off, a few times.
+// nullopt where the graph cannot be simulated.
+std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk,
+                                         bool most) {
+  const Schedule& base = a.splits(chunk) ? a.at_boundaries() : a.whole;
+  const int64_t normalized = a.splits(chunk) ? chunk : -1;
+  const uint64_t plain = estimator.extra(normalized);
+  const auto simulate = [&](Ranges ranges) -> std::optional<Recomputing> {
+    Recomputing r;
+    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch);
+    const std::optional<uint64_t> extra = estimator.extra_recomputed(*r.plan, &r.allocator);
+    if (!extra) return std::nullopt;
+    r.extra = *extra;
+    r.fits = fits(p, r.extra, r.allocator);
+    return r;
+  };
+  const std::vector<double> saved = estimator.saved_by_autograd(base, normalized);
+  if (most) {
+    bool is_most = false;
+    return simulate(choose_ranges(base, normalized, saved, UINT64_MAX, &is_most));
+  }
+  // A choice made before for this chunk and room (plans of every step choose once).
+  GraphRecord& record = estimator.record();
+  const auto memo_key = std::make_pair(normalized, room_left(p));
+  std::optional<Ranges> known;
+  {
+    std::lock_guard<std::mutex> lock(record.mutex);
+    auto found = record.recompute_choices.find(memo_key);
+    if (found != record.recompute_choices.end()) known = found->second;
+  }
+  if (known) {
+    std::optional<Recomputing> r = simulate(std::move(*known));
+    if (r && r->fits) return r;
+  }
+  uint64_t allocator = estimator.allocator_overhead(normalized);
+  double scale = 1;  // what the model frees for each byte the simulation shows freed
+  std::optional<Recomputing> last;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    const uint64_t target = extra_that_fits(p, allocator);
+    const double wanted = plain > target ? static_cast<double>(plain - target) : 0;
+    bool is_most = false;
+    const uint64_t to_free = static_cast<uint64_t>(std::min(wanted * scale * (attempt ? 1.05 : 1.0), 1.8e19));
+    Ranges ranges = choose_ranges(base, normalized, saved, to_free, &is_most);
+    const uint64_t modelled = modelled_saving(base, normalized, saved, ranges);
+    std::optional<Recomputing> r = simulate(std::move(ranges));
+    if (!r) return last;
+    last = r;
+    if (r->fits) {
+      std::lock_guard<std::mutex> lock(record.mutex);
+      record.recompute_choices[memo_key] = r->plan->ranges;
+      return r;
+    }
+    if (is_most) return r;
+    allocator = r->allocator;
+    const double saved = plain > r->extra ? static_cast<double>(plain - r->extra) : 0;
+    scale = saved > 0 ? std::clamp(static_cast<double>(modelled) / saved, scale, scale * 8) : scale * 2;
+  }
+  return last;
+}
+
+// Under KOILA_RECOMPUTE_AS_NEEDED, for a backward whose plan `p` fits no chunk: the largest chunk
+// (unsplit first, then powers of two down to 1; unsplit only where the batch cannot be split)
+// that fits with the most recomputation, then the least recomputation that fits it. Where none
+// fits, `p` notes the least budget that the most recomputation needs.
+void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
+  std::vector<int64_t> chunks{-1};
+  if (a.batch > 1 && p.coupled.empty())
+    for (int64_t c = largest_power_of_two_at_most(a.batch - 1); c >= 1; c /= 2) chunks.push_back(c);
+  for (int64_t chunk : chunks) {
+    const std::optional<Recomputing> most = recompute_for(p, a, estimator, chunk, /*most=*/true);
+    if (!most) return;  // no simulation to plan it by
+    p.least_recomputed_needed = p.needed(most->extra, most->allocator);
+    p.least_recomputed_chunk = a.splits(chunk) ? chunk : a.batch;
+    if (!most->fits) continue;
+    std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false);
+    if (!chosen || !chosen->fits) chosen = most;
+    p.unrecomputed_extra_bytes = estimator.extra(a.splits(chunk) ? chunk : -1);
+    p.chunk = a.splits(chunk) ? chunk : a.batch;
+    p.chunks = a.splits(chunk) ? chunks_of(a.batch, chunk) : 1;
+    p.extra_bytes = chosen->extra;
+    p.allocator_bytes = chosen->allocator;
+    p.recompute = chosen->plan;
+    return;
+  }
+}
+
 // The plan of a lazy `root` in `mode`, from its analysis and an estimator made for them
 // (made once per planned run, however often it plans again). A plan that does not fit
 // fails (see make_plan).
@@ -167,7 +274,10 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
       p.allocator_bytes = estimator.allocator_overhead(1);
     }
   }
-  if (p.chunking == KOILA_CHUNK_FASTEST) choose_fastest_chunk(a, estimator, p);
+  p.recompute_policy = recompute();
+  if (!fits(p) && mode == RunMode::Training && p.recompute_policy == KOILA_RECOMPUTE_AS_NEEDED)
+    plan_recompute(p, a, estimator);
+  if (p.chunking == KOILA_CHUNK_FASTEST && !p.recompute) choose_fastest_chunk(a, estimator, p);
   const bool fit = fits(p);
   if (with_source || !fit) p.source = estimator.source();  // text: built only where it is read
   p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
@@ -232,7 +342,10 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
           else
             attempt(a, plan, estimator.grad_starts());
         }
-        estimator.record_run(plan.chunk, usage.peak());
+        if (plan.recompute)
+          estimator.record_recomputed_run(*plan.recompute, usage.peak());
+        else
+          estimator.record_run(plan.chunk, usage.peak());
         if (plan.timed) {
           // The estimator's record was found before the run (a backward changes the .grad
           // that the structure's key covers).
@@ -251,8 +364,21 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         // plans take less, or allow more).
         const uint64_t room = room_left(plan, cap);
         const uint64_t refused = usage.refused();
-        estimator.record_run(plan.chunk, std::max(refused > 0 ? refused : room + 1, usage.peak() + 1));
+        const uint64_t needed = std::max(refused > 0 ? refused : room + 1, usage.peak() + 1);
+        if (plan.recompute)
+          estimator.record_recomputed_run(*plan.recompute, needed);
+        else
+          estimator.record_run(plan.chunk, needed);
         release_cached_memory(plan.device);
+        if (plan.recompute) {
+          // A recomputing run that ran out: the next plan (which finds what it measured) chooses
+          // anew; the same chunk once more under the budget first, where the cap was the plan's.
+          if (cap < plan.budget_bytes && !widened) {
+            widened = true;
+            continue;
+          }
+          throw;
+        }
         if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) {
           // Nothing smaller to try: where the plan's cap was below the budget, the same
           // chunk once more with the budget as the cap.
@@ -285,6 +411,7 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
   run.chunk = p.chunk;
   run.per_chunk_stats = p.per_chunk_stats;
   run.observer = &progress;
+  run.recompute = p.recompute.get();
   return run;
 }
 
@@ -337,9 +464,26 @@ std::string Plan::describe() const {
     if (split) os << " (unsplit, " << human_bytes(full_needed()) << ")";
     os << ".";
   }
+  if (recompute) {
+    const RecomputePlan& r = *recompute;
+    os << " Recomputed: " << r.segments.size() << (r.segments.size() == 1 ? " segment" : " segments") << " of "
+       << r.recomputed_ops << (r.recomputed_ops == 1 ? " op" : " ops") << " (" << r.summary() << "); a chunk frees "
+       << human_bytes(r.freed_bytes)
+       << " of their values in its forward and computes them again in its backward, about "
+       << static_cast<int>(std::lround(r.forward_cost > 0 ? 100.0 * r.recomputed_cost / r.forward_cost : 0))
+       << "% more forward work (by the ops' arithmetic); without recomputation the chunk would need "
+       << human_bytes(needed(unrecomputed_extra_bytes, allocator_bytes)) << ".";
+  }
   if (!source.empty()) os << " Source: " << source << ".";
   const bool fits_unsplit = fits(*this, unsplit_extra_bytes, unsplit_allocator_bytes);
-  if (!fits_unsplit && batch >= 0 && !coupled.empty()) {
+  if (recompute) {
+    os << (batch >= 0 && !coupled.empty() ? " The unsplit run does not fit without recomputation and the batch cannot "
+                                            "be split: " +
+                                                coupled + "; it fits recomputing."
+           : split ? " Not even a chunk of one sample fits without recomputation; recomputing, " +
+                         std::to_string(chunk) + " is the largest power of two whose chunks fit."
+                   : " No chunk fits without recomputation; the unsplit run fits recomputing.");
+  } else if (!fits_unsplit && batch >= 0 && !coupled.empty()) {
     os << " The unsplit run does not fit and the batch cannot be split: " << coupled << ".";
   } else if (!fits_unsplit && batch < 0) {
     os << " It does not fit, and there is no lazy batch to split (wrap the input with koila_lazy and a batch dim).";
@@ -354,6 +498,16 @@ std::string Plan::describe() const {
     os << " The unsplit run does not fit; " << chunk << " is the largest power of two whose chunks fit.";
   } else {
     os << " It fits unsplit.";
+  }
+  if (!fits(*this) && mode == RunMode::Training && root && root->lazy()) {
+    if (recompute_policy == KOILA_RECOMPUTE_OFF)
+      os << " Recomputation is off (KOILA_RECOMPUTE_OFF).";
+    else if (least_recomputed_needed > 0)
+      os << " Recomputing the most koila can plan does not fit either: " << human_bytes(least_recomputed_needed)
+         << " is the least budget that would (for "
+         << (least_recomputed_chunk >= batch || batch < 0 ? std::string("the unsplit run")
+                                                          : "chunks of " + std::to_string(least_recomputed_chunk))
+         << ").";
   }
   if (per_chunk_stats)
     os << " Batch statistics: per chunk (KOILA_BATCH_STATS_PER_CHUNK; " << stats_coupled

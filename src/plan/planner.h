@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,16 @@ struct Plan {
   // on CUDA the caching allocator's segments, modelled; 0 on the CPU.
   uint64_t unsplit_allocator_bytes = 0;
   uint64_t allocator_bytes = 0;
+  // Recomputation (run/recompute.h): the policy in force when planned, and what the run
+  // recomputes (null: nothing; chosen only where no chunk fits without it). `unrecomputed_*`:
+  // the same chunk's figures without it. `least_recomputed_needed`: where nothing fits even
+  // recomputing the most koila can plan, the budget that would fit that (0: not known).
+  koila_recompute recompute_policy = KOILA_RECOMPUTE_AS_NEEDED;
+  std::shared_ptr<const RecomputePlan> recompute;
+  uint64_t unrecomputed_extra_bytes = 0;
+  uint64_t least_recomputed_needed = 0;
+  int64_t least_recomputed_chunk = 0;
+  uint64_t recomputed_bytes() const { return recompute ? recompute->freed_bytes : 0; }
   std::string source;  // where the figures came from (see plan/estimate.h)
   NodePtr root;        // what is evaluated or differentiated (plan/timeline.h simulates it again)
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }

@@ -198,6 +198,9 @@ at::Tensor stack_double(const Tensors& ts) {
 
 }  // namespace
 
+UnobservedStats::UnobservedStats() : previous_(observed_pass) { observed_pass = nullptr; }
+UnobservedStats::~UnobservedStats() { observed_pass = previous_; }
+
 at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& running_mean,
                                const c10::optional<at::Tensor>& running_var, bool training, double momentum, double eps,

@@ -65,6 +65,19 @@ class ChunkStats {
   std::unique_ptr<State> state_;
 };
 
+// While it lives, this thread's batch norms are not observed (a recomputed segment's second run,
+// run/recompute.h: the first run's statistics were recorded).
+class UnobservedStats {
+ public:
+  UnobservedStats();
+  ~UnobservedStats();
+  UnobservedStats(const UnobservedStats&) = delete;
+  UnobservedStats& operator=(const UnobservedStats&) = delete;
+
+ private:
+  ChunkStats::State* previous_;
+};
+
 // at::batch_norm, whose arguments the chunked pass of this thread that keeps statistics
 // per chunk (Handling::PerChunk), if any, records first.
 at::Tensor observed_batch_norm(const at::Tensor& input, const c10::optional<at::Tensor>& weight,

@@ -374,6 +374,17 @@ at::Tensor forward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun
   return result;
 }
 
+namespace {
+// The schedule a backward pass's forward evaluates in place of `base`: the recomputing one when
+// the run recomputes (made for `base`).
+const Schedule& forward_schedule(const ChunkRun& run, const Schedule& base) {
+  if (!run.recompute) return base;
+  if (run.recompute->base != &base)
+    fail(KOILA_ERROR_INTERNAL, "a recomputation was planned for another schedule than the run's");
+  return run.recompute->schedule;
+}
+}  // namespace
+
 void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run) {
   const bool retain = reaches_eager_history(a.nodes());
   // Passes whose gradients go into .grad run linear layers that may add their weight
@@ -391,7 +402,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     at::Tensor value;
     {
       const GradFusion::Forward fusing(fusion);
-      value = evaluate(a.whole, options)[0];
+      value = evaluate(forward_schedule(run, a.whole), options)[0];
     }
     if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
     if (leaves.empty()) no_leaves();
@@ -484,7 +495,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     Tensors values;
     {
       const GradFusion::Forward fusing(fusion);
-      values = evaluate(a.at_boundaries(), options);
+      values = evaluate(forward_schedule(run, a.at_boundaries()), options);
     }
     Tensors grad_outputs(n);
     for (size_t k = 0; k < n; ++k) {

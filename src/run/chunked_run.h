@@ -12,6 +12,7 @@
 #include "run/analysis.h"
 #include "run/grad_starts.h"
 #include "run/observer.h"
+#include "run/recompute.h"
 
 namespace koila {
 
@@ -70,6 +71,10 @@ struct ChunkRun {
   // Real runs: how the leaves' .grad stood when the run was planned (read again where
   // they changed since); null: read them.
   const GradStarts* grad_starts = nullptr;
+  // Backward runs: segments of the chunks' forward that are freed and recomputed in their
+  // backward (run/recompute.h), made for the schedule this run evaluates (the whole graph's
+  // when unsplit, the boundaries' when split); null: nothing is recomputed.
+  const RecomputePlan* recompute = nullptr;
 };
 
 // The value of `root`, chunked along the batch as `run` says. Records no autograd.

@@ -21,8 +21,10 @@ namespace {
 
 // The nodes `roots` depend on, each after its inputs; `done` ends up holding each one's
 // position in the order.
+// `group_of`: the group whose output a node is (its inputs are the group's); null: none.
 std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
-                                  const std::unordered_map<const Node*, at::Tensor>* given_values, NodeIndex& done) {
+                                  const std::unordered_map<const Node*, at::Tensor>* given_values, NodeIndex& done,
+                                  const std::unordered_map<const Node*, const NodeGroup*>* group_of = nullptr) {
   std::vector<const Node*> order;
   order.reserve(32);  // (a step's small graph without growing it four times)
   std::vector<std::pair<const Node*, size_t>> stack;
@@ -33,8 +35,14 @@ std::vector<const Node*> order_of(const std::vector<const Node*>& roots,
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       const bool given = given_values && given_values->count(node);
-      if (!given && next < node->inputs.size()) {
-        const Node* in = node->inputs[next++].get();
+      const NodeGroup* group = nullptr;
+      if (group_of && !given) {
+        auto found = group_of->find(node);
+        if (found != group_of->end()) group = found->second;
+      }
+      const size_t inputs = given ? 0 : group ? group->inputs.size() : node->inputs.size();
+      if (next < inputs) {
+        const Node* in = group ? group->inputs[next++] : node->inputs[next++].get();
         if (in && !done.contains(in)) stack.emplace_back(in, 0);
         continue;
       }
@@ -148,10 +156,32 @@ at::Tensor result_of(const std::vector<Tensors>& results, int64_t p, const Node&
   return t;
 }
 
+// The value of `node`, an output of group `g` of the schedule: the group runs (on `args`, its
+// inputs' values) when its first output is reached; each output is kept until it is taken.
+at::Tensor group_output(const Schedule& schedule, size_t g, const Node& node, const Tensors& args,
+                        const EvalOptions& options, std::vector<std::pair<size_t, Tensors>>& grouped) {
+  const NodeGroup& group = (*schedule.groups)[g];
+  auto found = std::find_if(grouped.begin(), grouped.end(), [g](const auto& e) { return e.first == g; });
+  if (found == grouped.end()) {
+    Tensors outs = group.run(args, options);
+    if (outs.size() != group.outputs.size()) fail(KOILA_ERROR_INTERNAL, "a group gave a wrong number of results");
+    grouped.emplace_back(g, std::move(outs));
+    found = std::prev(grouped.end());
+  }
+  const size_t k =
+      static_cast<size_t>(std::find(group.outputs.begin(), group.outputs.end(), &node) - group.outputs.begin());
+  if (k >= group.outputs.size() || !found->second[k].defined())
+    fail(KOILA_ERROR_INTERNAL, node.op + ": its group gave no value for it");
+  at::Tensor value = std::move(found->second[k]);
+  if (std::none_of(found->second.begin(), found->second.end(), [](const at::Tensor& t) { return t.defined(); }))
+    grouped.erase(found);
+  return value;
+}
+
 }  // namespace
 
-Schedule make_schedule(const std::vector<const Node*>& roots,
-                       const std::unordered_map<const Node*, at::Tensor>* given) {
+Schedule make_schedule(const std::vector<const Node*>& roots, const std::unordered_map<const Node*, at::Tensor>* given,
+                       const std::vector<NodeGroup>* groups) {
   Schedule s;
   // The thread's scratch index, emptied after use (a plan of every step makes a schedule; a
   // fresh index cost an allocation, and zeroing, of up to 16 bytes a slot, two slots a node).
@@ -163,8 +193,16 @@ Schedule make_schedule(const std::vector<const Node*>& roots,
       if (!done) index = NodeIndex();
     }
   } emptied{position};
-  s.order = order_of(roots, given, position);
+  std::unordered_map<const Node*, const NodeGroup*> group_of;
+  if (groups)
+    for (const NodeGroup& g : *groups)
+      for (const Node* out : g.outputs) group_of.emplace(out, &g);
+  s.order = order_of(roots, given, position, groups ? &group_of : nullptr);
   s.with_given = given != nullptr;
+  if (groups) {
+    s.groups = groups;
+    s.group_at.assign(s.order.size(), -1);
+  }
   auto at = [](const Node* node) {  // (position: the thread's)
     const uint32_t p = node ? position.find(node) : NodeIndex::kAbsent;
     if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "an evaluation of a null node");
@@ -174,10 +212,24 @@ Schedule make_schedule(const std::vector<const Node*>& roots,
   s.input_start.reserve(s.order.size() + 1);
   size_t inputs = 0;  // (the nodes were just visited: counting first costs less than growing)
   for (const Node* node : s.order) inputs += node->inputs.size();
+  if (groups)
+    for (const NodeGroup& g : *groups) inputs += g.inputs.size() * g.outputs.size();
   s.inputs.reserve(inputs);
   for (const Node* node : s.order) {
     s.input_start.push_back(s.inputs.size());
     if (given && given->count(node)) continue;  // its value is given: its inputs are not visited
+    if (groups) {
+      auto found = group_of.find(node);
+      if (found != group_of.end()) {
+        s.group_at[s.input_start.size() - 1] = static_cast<int32_t>(found->second - groups->data());
+        for (const Node* in : found->second->inputs) {
+          const size_t p = at(in);
+          s.inputs.push_back(static_cast<int64_t>(p));
+          ++s.uses[p];
+        }
+        continue;
+      }
+    }
     for (const NodePtr& in : node->inputs) {
       if (!in) {
         s.inputs.push_back(-1);
@@ -219,6 +271,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   if (options.reached_leaves) reached.emplace(options.reached_leaves);
   std::vector<at::Tensor> values(order.size());
   std::vector<Tensors> several;  // results of ops with several results, by position (made when first needed)
+  std::vector<std::pair<size_t, Tensors>> grouped;  // groups computed, with the outputs not yet taken
   Tensors args;
   size_t live = 0;
   EvalStats stats;
@@ -240,19 +293,24 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
       const int64_t p = schedule.inputs[k];
       args.push_back(p >= 0 ? values[static_cast<size_t>(p)] : at::Tensor());
     }
-    if (options.op_starts) options.op_starts(node);
-    try {
-      if (node.result >= 0)
-        values[i] = result_of(several, schedule.inputs[first], node);
-      else if (node.run_all)
-        values[i] = keep_results(several, i, order.size(), node.run_all(args, node), node);
-      else
-        values[i] = node.run(args, node);
-    } catch (const c10::Error&) {
-      rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
+    const int32_t group = schedule.group_at.empty() ? -1 : schedule.group_at[i];
+    if (group >= 0) {
+      values[i] = group_output(schedule, static_cast<size_t>(group), node, args, options, grouped);
+    } else {
+      if (options.op_starts) options.op_starts(node);
+      try {
+        if (node.result >= 0)
+          values[i] = result_of(several, schedule.inputs[first], node);
+        else if (node.run_all)
+          values[i] = keep_results(several, i, order.size(), node.run_all(args, node), node);
+        else
+          values[i] = node.run(args, node);
+      } catch (const c10::Error&) {
+        rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
+      }
     }
     if (reached && values[i].requires_grad()) reached->note(schedule, i, args);
-    if (options.observe) options.observe(node, args, values[i]);
+    if (options.observe && group < 0) options.observe(node, args, values[i]);  // (a group's ops were observed)
     args.clear();
     ++stats.ops_run;
     stats.peak_live_values = std::max(stats.peak_live_values, ++live);

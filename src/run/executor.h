@@ -42,6 +42,17 @@ struct EvalOptions {
   Tensors* reached_leaves = nullptr;
 };
 
+// Nodes computed together, by one function, from the values of `inputs` (recomputed segments:
+// run/recompute.h): an evaluation whose schedule has the group computes its outputs with `run`
+// when it reaches the first of them, and the nodes between are not visited. Every input must
+// come before that first output in the schedule's order (a contiguous range of an order, whose
+// inputs precede it, is such a group).
+struct NodeGroup {
+  std::vector<const Node*> inputs;
+  std::vector<const Node*> outputs;
+  std::function<Tensors(const Tensors& inputs, const EvalOptions& options)> run;
+};
+
 // How to evaluate a set of roots, worked out once (a graph run in chunks, or every step,
 // evaluates the same roots again): the nodes the roots depend on in topological order (each
 // after its inputs, the roots themselves included), where each op's inputs sit in it, and how many users each value has
@@ -53,11 +64,17 @@ struct Schedule {
   std::vector<uint32_t> uses;
   std::vector<size_t> roots;  // positions in `order`
   bool with_given = false;    // made for EvalOptions::given (those nodes' inputs left out)
+  // Made with groups: for each position, the group whose output it is (its inputs are the
+  // group's), or -1; empty without groups. The groups must outlive the schedule.
+  std::vector<int32_t> group_at;
+  const std::vector<NodeGroup>* groups = nullptr;
 };
 // Nodes in `given` count as leaves (see EvalOptions::given); the schedule serves only
 // evaluations with those given values.
+// With `groups`: their outputs are computed by them (see NodeGroup).
 Schedule make_schedule(const std::vector<const Node*>& roots,
-                       const std::unordered_map<const Node*, at::Tensor>* given = nullptr);
+                       const std::unordered_map<const Node*, at::Tensor>* given = nullptr,
+                       const std::vector<NodeGroup>* groups = nullptr);
 
 // Evaluates `roots` against the current values of their inputs. Each intermediate is released
 // as soon as its last user has run; the roots are kept.

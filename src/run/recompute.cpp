@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,6 +16,8 @@
 #include "base/error.h"
 #include "base/libtorch_compat.h"
 #include "base/random_scope.h"
+#include "base/text.h"
+#include "run/batch_stats.h"
 
 namespace koila {
 
@@ -24,7 +28,11 @@ namespace {
 struct RecomputeBackward : torch::autograd::Node {
   RecomputeSegment segment;
   EvalOptions options;  // the forward's (its chunk, its leaves)
+  // The inputs that require grad, saved as autograd saves (their versions checked); the others
+  // (data, integer values, state) kept as they are: state that the first run changed in place
+  // is replaced by its copy from before (`state`).
   std::vector<torch::autograd::SavedVariable> inputs;
+  Tensors plain;
   std::vector<bool> needs_grad;
   c10::Device device = c10::Device(c10::kCPU);
   std::vector<at::Tensor> random_states;  // the generators' when the forward began (not on meta)
@@ -32,6 +40,7 @@ struct RecomputeBackward : torch::autograd::Node {
   std::string name() const override { return "RecomputeBackward"; }
   void release_variables() override {
     for (torch::autograd::SavedVariable& v : inputs) v.reset_data();
+    plain.clear();
     random_states.clear();
   }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
@@ -39,12 +48,13 @@ struct RecomputeBackward : torch::autograd::Node {
     Tensors xs(inputs.size());
     std::unordered_map<const koila::Node*, at::Tensor> given;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      xs[i] = inputs[i].unpack().detach();
+      xs[i] = needs_grad[i] ? inputs[i].unpack().detach() : plain[i];
       if (needs_grad[i]) xs[i].requires_grad_(true);
       given.emplace(segment.inputs[i], xs[i]);
     }
     Tensors outs;
     {
+      const UnobservedStats unobserved;  // the first run's batch statistics were recorded
       std::unique_ptr<RandomScope> random;
       if (!random_states.empty()) {
         random = std::make_unique<RandomScope>(device);  // the backward's own draws come back after
@@ -92,9 +102,6 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment) {
       if (node->kind != NodeKind::Op)
         fail(KOILA_ERROR_INVALID_ARGUMENT,
              "a segment reaches a tensor that is not among its inputs (" + node->op + "): its leaves are inputs");
-      if (node->mutates_state)
-        fail(KOILA_ERROR_UNSUPPORTED, "a segment cannot recompute " + node->op +
-                                          ", which changes state in place (a second run would change it again)");
       if (next < node->inputs.size()) {
         const Node* in = node->inputs[next++].get();
         if (in && !inputs.count(in) && seen.insert(in).second) stack.emplace_back(in, 0);
@@ -111,7 +118,6 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   if (input_values.size() != segment.inputs.size())
     fail(KOILA_ERROR_INTERNAL, "a segment's inputs and their values differ in number");
   if (segment.outputs.empty()) return {};
-  (void)segment_ops(segment);  // checks it
   std::unordered_map<const Node*, at::Tensor> given;
   bool any_grad = false;
   c10::Device device = c10::Device(c10::kCPU);
@@ -122,6 +128,23 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
     if (input_values[i].device().type() != c10::kCPU) device = input_values[i].device();
     on_meta = on_meta || input_values[i].is_meta();
   }
+  // State that the segment's ops may change in place (leaves of ops that change state, that
+  // require no grad and carry no batch): copied before the first run, for the second.
+  std::vector<bool> is_state(segment.inputs.size(), false);
+  {
+    const std::unordered_set<const Node*> ins(segment.inputs.begin(), segment.inputs.end());
+    for (const Node* op : segment_ops(segment)) {  // (checks the segment)
+      if (!op->mutates_state) continue;
+      for (const NodePtr& in : op->inputs)
+        if (in && in->kind != NodeKind::Op && ins.count(in.get()))
+          for (size_t i = 0; i < segment.inputs.size(); ++i)
+            if (segment.inputs[i] == in.get() && !input_values[i].requires_grad() && in->meta.batch_dim < 0)
+              is_state[i] = true;
+    }
+  }
+  Tensors state(segment.inputs.size());
+  for (size_t i = 0; i < segment.inputs.size(); ++i)
+    if (is_state[i] && any_grad && c10::GradMode::is_enabled()) state[i] = input_values[i].clone();
   EvalOptions inner = options;
   inner.grad = false;
   inner.given = &given;
@@ -142,9 +165,12 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   node->options.stats = nullptr;
   node->device = device;
   node->random_states = std::move(states);
-  for (const at::Tensor& v : input_values) {
-    node->inputs.emplace_back(v, /*is_output=*/false);
-    node->needs_grad.push_back(v.requires_grad());
+  for (size_t i = 0; i < input_values.size(); ++i) {
+    const at::Tensor& v = input_values[i];
+    const bool grad = v.requires_grad();
+    node->inputs.emplace_back(grad ? v : at::Tensor(), /*is_output=*/false);
+    node->plain.push_back(grad ? at::Tensor() : is_state[i] ? state[i] : v);
+    node->needs_grad.push_back(grad);
   }
   node->set_next_edges(torch::autograd::collect_next_edges(input_values));
   for (at::Tensor& out : outs) {
@@ -157,6 +183,121 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
     torch::autograd::set_history(out, compat::AutogradNodeRef(node));
   }
   return outs;
+}
+
+uint64_t value_bytes(const Node& node, int64_t chunk) {
+  double n = static_cast<double>(c10::elementSize(node.meta.dtype));
+  for (size_t d = 0; d < node.meta.shape.size(); ++d)
+    n *= static_cast<double>(chunk >= 0 && static_cast<int64_t>(d) == node.meta.batch_dim ? chunk : node.meta.shape[d]);
+  return static_cast<uint64_t>(n);
+}
+
+double forward_cost(const Node& node, int64_t chunk) {
+  const double out =
+      static_cast<double>(value_bytes(node, chunk)) / static_cast<double>(c10::elementSize(node.meta.dtype));
+  const std::string& op = node.op;
+  const auto has = [&op](const char* part) { return op.find(part) != std::string::npos; };
+  if (!(has("linear") || has("matmul") || has("conv") || has("mm") || has("attention") || has("einsum") ||
+        node.linear_layers > 0 || node.runs_program))
+    return out;
+  // What each result element sums over: a weight's elements per output feature (linear layers,
+  // convolutions), else the first input's last dimension (matrix products, attention).
+  double reduced = 1;
+  for (const NodePtr& in : node.inputs)
+    if (in && in->kind != NodeKind::Op && in->value.defined() && in->value.requires_grad() &&
+        in->meta.shape.size() >= 2) {
+      double per = 1;
+      for (size_t d = 1; d < in->meta.shape.size(); ++d) per *= static_cast<double>(in->meta.shape[d]);
+      reduced = std::max(reduced, per);
+    }
+  if (reduced == 1 && !node.inputs.empty() && node.inputs[0] && !node.inputs[0]->meta.shape.empty())
+    reduced = static_cast<double>(node.inputs[0]->meta.shape.back());
+  return out * std::max(1.0, reduced);
+}
+
+uint64_t RecomputePlan::key() const {
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& [first, last] : ranges) {
+    h = (h ^ first) * 1099511628211ULL;
+    h = (h ^ last) * 1099511628211ULL;
+  }
+  return h;
+}
+
+std::string RecomputePlan::summary() const {
+  std::map<std::string, size_t> ops;
+  for (const RecomputeSegment& s : segments)
+    for (const Node* n : segment_ops(s)) ++ops[n->op];
+  std::vector<std::pair<size_t, std::string>> by_count;
+  for (const auto& [op, n] : ops) by_count.emplace_back(n, op);
+  std::sort(by_count.begin(), by_count.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::string text;
+  for (size_t k = 0; k < by_count.size() && k < 6; ++k)
+    text +=
+        (k ? ", " : "") + by_count[k].second + (by_count[k].first > 1 ? " x" + std::to_string(by_count[k].first) : "");
+  if (by_count.size() > 6) text += ", ...";
+  return text;
+}
+
+std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
+                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk) {
+  auto plan = std::make_shared<RecomputePlan>();
+  plan->base = &base;
+  plan->chunk = chunk;
+  const size_t n = base.order.size();
+  // Where each value is last read (a root: past the end).
+  std::vector<size_t> last_use(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k)
+      if (base.inputs[k] >= 0)
+        last_use[static_cast<size_t>(base.inputs[k])] = std::max(last_use[static_cast<size_t>(base.inputs[k])], i);
+  for (size_t r : base.roots) last_use[r] = n;
+  for (size_t i = 0; i < n; ++i)
+    if (base.order[i]->kind == NodeKind::Op) plan->forward_cost += forward_cost(*base.order[i], chunk);
+  size_t previous_end = 0;
+  for (const auto& [first, last] : ranges) {
+    if (first > last || last >= n || first < previous_end)
+      fail(KOILA_ERROR_INTERNAL, "recomputed ranges must be ordered, disjoint and within the schedule");
+    previous_end = last + 1;
+    RecomputeSegment segment;
+    std::unordered_set<const Node*> inputs;
+    uint64_t freed = 0;
+    double cost = 0;
+    size_t ops = 0;
+    for (size_t i = first; i <= last; ++i) {
+      const Node* node = base.order[i];
+      if (node->kind != NodeKind::Op) continue;
+      ++ops;
+      cost += forward_cost(*node, chunk);
+      for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k) {
+        const int64_t p = base.inputs[k];
+        if (p < 0) continue;
+        const Node* in = base.order[static_cast<size_t>(p)];
+        const bool inside =
+            static_cast<size_t>(p) >= first && static_cast<size_t>(p) <= last && in->kind == NodeKind::Op;
+        if (!inside && inputs.insert(in).second) segment.inputs.push_back(in);
+      }
+      if (last_use[i] > last)
+        segment.outputs.push_back(node);
+      else
+        freed += value_bytes(*node, chunk);
+    }
+    if (ops == 0 || segment.outputs.empty()) continue;
+    plan->ranges.emplace_back(first, last);
+    plan->freed_bytes += freed;
+    plan->recomputed_cost += cost;
+    plan->recomputed_ops += ops;
+    plan->segments.push_back(std::move(segment));
+  }
+  plan->groups.reserve(plan->segments.size());
+  for (const RecomputeSegment& segment : plan->segments)
+    plan->groups.push_back(NodeGroup{
+        segment.inputs, segment.outputs,
+        [&segment](const Tensors& ins, const EvalOptions& options) { return run_recomputed(segment, ins, options); }});
+  std::vector<const Node*> roots;
+  for (size_t r : base.roots) roots.push_back(base.order[r]);
+  plan->schedule = make_schedule(roots, nullptr, &plan->groups);
+  return plan;
 }
 
 }  // namespace koila

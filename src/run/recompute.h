@@ -1,19 +1,25 @@
-// Recomputation (issue 51's mechanism; the planner does not choose segments yet): a segment of a
-// lazy graph whose forward keeps nothing that autograd would save inside it, and whose backward
-// runs the segment again, with autograd, from the inputs it kept, then differentiates that. What
-// the segment's ops save for their backward (activations, masks) lives only while its backward
-// runs, at the price of running its forward twice.
+// Recomputation (issue 51): a segment of a lazy graph whose forward keeps nothing that autograd
+// would save inside it, and whose backward runs the segment again, with autograd, from the inputs
+// it kept, then differentiates that. What the segment's ops save for their backward (activations,
+// masks) lives only while its backward runs, at the price of running its forward twice. A
+// RecomputePlan makes segments of ranges of a run's schedule (the planner chooses them:
+// plan/recompute_choice.h) and a schedule that runs them (NodeGroup, executor.h).
 //
 // Exact: the second run draws the same random numbers as the first (the generators its device
 // can draw from are set to their states when the first began, and put back after), so dropout
 // masks and stochastic depth replay; on the CPU, whose kernels are deterministic, the gradients
 // equal those of the segment run once with autograd, bit for bit. Ops that change state in place
-// (batch norm's running statistics) are refused inside a segment: they would change it again.
-// The same code runs on meta tensors, for the planner's simulations (nothing is drawn there).
+// (batch norm's running statistics, a module's buffers) change it in the first run only: the
+// second runs on copies of that state taken before the first, so it sees what the first saw and
+// changes nothing. The same code runs on meta tensors, for the planner's simulations (nothing is
+// drawn there).
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -29,9 +35,8 @@ struct RecomputeSegment {
   std::vector<const Node*> outputs;
 };
 
-// The nodes a segment computes (between `inputs` and `outputs`); fails with KOILA_ERROR_INVALID_ARGUMENT
-// where `outputs` reach a leaf that is not among `inputs`, or KOILA_ERROR_UNSUPPORTED where an op
-// inside changes state in place.
+// The nodes a segment computes (between `inputs` and `outputs`); fails with
+// KOILA_ERROR_INVALID_ARGUMENT where `outputs` reach a leaf that is not among `inputs`.
 std::vector<const Node*> segment_ops(const RecomputeSegment& segment);
 
 // The values of the segment's outputs from `input_values` (one for each input, in order). Under
@@ -42,5 +47,40 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment);
 // runs with the same options: what their functions refer to (a simulation's stand-ins, an
 // observer) must outlive it, as they do in a chunk whose backward follows its forward.
 Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_values, const EvalOptions& options);
+
+// What a run recomputes: ranges of the op nodes of a schedule's order (the run's: the whole
+// graph's, or its boundaries' when it is split), each a segment whose inputs are what its ops
+// read from before it (earlier ops' values and leaves) and whose outputs are its values read after
+// it (or roots). `schedule` runs the same roots with every segment recomputed.
+struct RecomputePlan {
+  const Schedule* base = nullptr;                 // the schedule it replaces (not owned)
+  std::vector<std::pair<size_t, size_t>> ranges;  // positions in base->order, first and last, in order
+  std::vector<RecomputeSegment> segments;
+  std::vector<NodeGroup> groups;  // one per segment (run_recomputed)
+  Schedule schedule;
+  // Of one chunk (`chunk` samples; the batch when unsplit): bytes of the values its segments'
+  // ops compute that are not outputs (freed in the forward, computed again in the backward), and
+  // the forward's cost of their ops (recompute_cost) against the whole forward's.
+  int64_t chunk = -1;
+  uint64_t freed_bytes = 0;
+  double recomputed_cost = 0, forward_cost = 0;
+  size_t recomputed_ops = 0;
+  // What the segments' ops are, for descriptions: "koila_linear x4, koila_relu x4, ...".
+  std::string summary() const;
+  // The ranges, hashed (a structure's record keeps figures by it, plan/memo.h).
+  uint64_t key() const;
+};
+
+// The plan recomputing `ranges` of `base` (see RecomputePlan), for chunks of `chunk` samples
+// (`batch` when unsplit). Ranges must be ordered and disjoint; those without an op are dropped.
+std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
+                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk);
+
+// The bytes of `node`'s value in a chunk of `chunk` samples (-1: the whole batch).
+uint64_t value_bytes(const Node& node, int64_t chunk);
+// A rough count of the arithmetic of `node`'s op in a chunk of `chunk` samples: its result's
+// elements, times what each sums over for products (linear layers, convolutions, matrix
+// products: the reduced dimension, read from its weight or its first input).
+double forward_cost(const Node& node, int64_t chunk);
 
 }  // namespace koila

@@ -449,6 +449,33 @@ inline uint64_t budget_for_chunks(const koila_tensor* t, koila_mode mode, int64_
   check(koila_set_memory_budget(corpus_device(), 0), "koila_set_memory_budget");
   return best;
 }
+// The least budget (absolute bytes) under which the plan of `t` for `mode` does not refuse, by
+// bisection on the planner's answers (to `resolution` bytes), under the recomputation policy in
+// force; 0 when even twice the unsplit peak does not plan.
+inline uint64_t least_budget_that_plans(const koila_tensor* t, koila_mode mode, uint64_t resolution = 4096) {
+  auto plans = [&](uint64_t budget) {
+    check(koila_set_memory_budget(corpus_device(), budget), "koila_set_memory_budget");
+    koila_plan* p = nullptr;
+    const Outcome o = outcome(koila_plan_new(&p, t, mode));
+    Plan plan(p);
+    return o.ok();
+  };
+  check(koila_set_memory_budget(corpus_device(), kUnlimited), "koila_set_memory_budget");
+  koila_plan* p = nullptr;
+  check(koila_plan_new(&p, t, mode), "koila_plan_new");
+  Plan full(p);
+  const uint64_t held = device_in_use();
+  uint64_t lo = held, hi = koila_plan_full_peak_bytes(full.get()) * 2 - held;
+  full.reset();
+  if (!plans(hi)) hi = 0;
+  while (hi > 0 && hi - lo > resolution) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (plans(mid) ? hi : lo) = mid;
+  }
+  check(koila_set_memory_budget(corpus_device(), 0), "koila_set_memory_budget");
+  return hi;
+}
+
 inline uint64_t budget_for_chunks(const Graph& g, koila_mode mode, int64_t min_chunks) {
   return budget_for_chunks(g.target_of(mode), mode, min_chunks);
 }

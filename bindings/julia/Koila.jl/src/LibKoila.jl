@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: c9009cb0e6d2f0a1c2d0684438305639ac71830e6b78dd66994f45e6adeb3a1c
+# Header sha256: eed86f399e3533809d4556ee6caa04c8c6912b18ccabf7511cc0c5f47ed678de
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -180,6 +180,11 @@ end
     KOILA_CHUNK_FASTEST = 1
 end
 
+@enum koila_recompute::Cint begin
+    KOILA_RECOMPUTE_OFF = 0
+    KOILA_RECOMPUTE_AS_NEEDED = 1
+end
+
 @enum koila_module_kind::Cint begin
     KOILA_MODULE_TORCHSCRIPT = 0
     KOILA_MODULE_EXPORTED = 1
@@ -237,6 +242,7 @@ const _fptr_koila_plan_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_full_peak_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_budget_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_needed_bytes = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_plan_recomputed_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_full_needed_bytes = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_describe = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_plan_free = Ref{Ptr{Cvoid}}(C_NULL)
@@ -252,6 +258,7 @@ const _fptr_koila_timeline_part = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_timeline_free = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_batch_stats = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_chunking = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_set_recompute = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_set_progress = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_add = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_sub = Ref{Ptr{Cvoid}}(C_NULL)
@@ -391,6 +398,7 @@ const _FUNCTIONS = (
     (:koila_plan_full_peak_bytes, _fptr_koila_plan_full_peak_bytes),
     (:koila_plan_budget_bytes, _fptr_koila_plan_budget_bytes),
     (:koila_plan_needed_bytes, _fptr_koila_plan_needed_bytes),
+    (:koila_plan_recomputed_bytes, _fptr_koila_plan_recomputed_bytes),
     (:koila_plan_full_needed_bytes, _fptr_koila_plan_full_needed_bytes),
     (:koila_plan_describe, _fptr_koila_plan_describe),
     (:koila_plan_free, _fptr_koila_plan_free),
@@ -406,6 +414,7 @@ const _FUNCTIONS = (
     (:koila_timeline_free, _fptr_koila_timeline_free),
     (:koila_set_batch_stats, _fptr_koila_set_batch_stats),
     (:koila_set_chunking, _fptr_koila_set_chunking),
+    (:koila_set_recompute, _fptr_koila_set_recompute),
     (:koila_set_progress, _fptr_koila_set_progress),
     (:koila_add, _fptr_koila_add),
     (:koila_sub, _fptr_koila_sub),
@@ -949,6 +958,19 @@ function koila_plan_needed_bytes(p)
 end
 
 """
+    koila_plan_recomputed_bytes(p) -> UInt64
+
+C: `uint64_t koila_plan_recomputed_bytes(const koila_plan *p);`
+
+Bytes of activations a chunk of the plan frees in its forward and recomputes in its backward (see koila_set_recompute); 0 when nothing is recomputed, and for NULL. koila_plan_describe names what is recomputed and its cost in extra forward work; koila_plan_timeline shows it in the backward.
+"""
+function koila_plan_recomputed_bytes(p)
+    fptr = _fptr_koila_plan_recomputed_bytes[]
+    fptr == C_NULL && _not_loaded(:koila_plan_recomputed_bytes)
+    ccall(fptr, UInt64, (Ptr{koila_plan},), p)
+end
+
+"""
     koila_plan_full_needed_bytes(p) -> UInt64
 
 C: `uint64_t koila_plan_full_needed_bytes(const koila_plan *p);`
@@ -1131,6 +1153,17 @@ function koila_set_chunking(policy)
     fptr = _fptr_koila_set_chunking[]
     fptr == C_NULL && _not_loaded(:koila_set_chunking)
     ccall(fptr, Ptr{koila_status}, (koila_chunking,), policy)
+end
+
+"""
+    koila_set_recompute(policy) -> Ptr{koila_status}
+
+C: `koila_status *koila_set_recompute(koila_recompute policy);`
+"""
+function koila_set_recompute(policy)
+    fptr = _fptr_koila_set_recompute[]
+    fptr == C_NULL && _not_loaded(:koila_set_recompute)
+    ccall(fptr, Ptr{koila_status}, (koila_recompute,), policy)
 end
 
 """

@@ -315,6 +315,13 @@ extern "C" {
     pub fn koila_plan_needed_bytes(p: *const koila_plan) -> u64;
 }
 extern "C" {
+    #[doc = " Bytes of activations a chunk of the plan frees in its forward and recomputes in its"]
+    #[doc = "backward (see koila_set_recompute); 0 when nothing is recomputed, and for NULL."]
+    #[doc = "koila_plan_describe names what is recomputed and its cost in extra forward work;"]
+    #[doc = "koila_plan_timeline shows it in the backward."]
+    pub fn koila_plan_recomputed_bytes(p: *const koila_plan) -> u64;
+}
+extern "C" {
     #[doc = " The same if the batch ran unsplit. Under KOILA_CHUNK_LARGEST the batch is split (or the"]
     #[doc = "run refused, where it cannot be split) exactly when this exceeds the budget."]
     pub fn koila_plan_full_needed_bytes(p: *const koila_plan) -> u64;
@@ -504,6 +511,36 @@ pub const KOILA_CHUNK_FASTEST: koila_chunking = 1;
 pub type koila_chunking = ::std::os::raw::c_uint;
 extern "C" {
     pub fn koila_set_chunking(policy: koila_chunking) -> *mut koila_status;
+}
+#[doc = " never recompute: as before this section existed"]
+pub const KOILA_RECOMPUTE_OFF: koila_recompute = 0;
+#[doc = " default: only where no chunk fits without it"]
+pub const KOILA_RECOMPUTE_AS_NEEDED: koila_recompute = 1;
+#[doc = " Recomputation: training when not even one sample fits."]
+#[doc = "Process-wide, like koila_set_chunking. Under AS_NEEDED, a plan of a backward that finds no"]
+#[doc = "chunk that fits the budget (not even one sample; or, for a graph that mixes samples, such as"]
+#[doc = "batch norm in training under KOILA_BATCH_STATS_EXACT, not the whole batch) frees chosen"]
+#[doc = "activations during the forward and recomputes them during the backward: koila picks ranges"]
+#[doc = "of the ops in the order they run, each run again from the values it starts from when its"]
+#[doc = "backward comes, so that the run fits with as little extra forward work as it can find, then"]
+#[doc = "the largest chunk that fits with them. How they are chosen: a dynamic program over the run's"]
+#[doc = "order of ops (src/plan/recompute_choice.h), checked by simulating the recomputing run on meta"]
+#[doc = "tensors as every plan is, and calibrated as the same chunk without recomputation is."]
+#[doc = "Gradients equal those of the same chunks without recomputation (bit for bit on the CPU,"]
+#[doc = "where the kernels are deterministic, but for the rounding of weight gradients that a split"]
+#[doc = "run adds straight into .grad); random ops (dropout, stochastic depth) replay their random"]
+#[doc = "numbers; batch norm's running statistics and a module's buffers are updated once, by the"]
+#[doc = "first run (the second runs on copies). KOILA_ERROR_OUT_OF_MEMORY / KOILA_ERROR_NOT_SPLITTABLE"]
+#[doc = "only when even the most recomputation koila can plan does not fit; the message then says"]
+#[doc = "the least budget that would. A plan that fits without recomputation recomputes nothing."]
+#[doc = "Evaluations (no backward) never recompute: they keep nothing for a backward."]
+#[doc = "Granularity: one op of koila's graph. A .pt2 program runs op by op, so any range of its"]
+#[doc = "ops can be recomputed; a TorchScript module call is one op (its forward runs whole), so a"]
+#[doc = "call is recomputed whole or not at all."]
+#[doc = "An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing."]
+pub type koila_recompute = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn koila_set_recompute(policy: koila_recompute) -> *mut koila_status;
 }
 #[doc = " Called after each chunk of a planned evaluation or backward, on the thread running it;"]
 #[doc = "what is \"forward\" or \"backward\"; done counts 1..total. NULL fn turns it off."]

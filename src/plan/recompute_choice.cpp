@@ -1,0 +1,170 @@
+#include "plan/recompute_choice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "run/recompute.h"
+
+namespace koila {
+namespace {
+
+// The longest range considered, in positions of the order (a range's figures are tabled for
+// each start).
+constexpr size_t kWindow = 512;
+
+// The figures of every range of a schedule's order up to kWindow long.
+struct Model {
+  size_t n = 0, window = 0;
+  std::vector<double> freed, cost;  // [l * window + (r - l)]
+  double smallest = 0, total = 0;   // the least positive value size, and all values' bytes
+
+  Model(const Schedule& s, int64_t chunk, const std::vector<double>& saved)
+      : n(s.order.size()), window(std::min(n, kWindow)) {
+    std::vector<size_t> last_use(n, 0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = s.input_start[i]; k < s.input_start[i + 1]; ++k)
+        if (s.inputs[k] >= 0)
+          last_use[static_cast<size_t>(s.inputs[k])] = std::max(last_use[static_cast<size_t>(s.inputs[k])], i);
+    for (size_t r : s.roots) last_use[r] = n;
+    std::vector<double> bytes(n, 0), op_cost(n, 0);
+    std::vector<bool> is_op(n, false);
+    std::vector<std::vector<size_t>> ending(n);  // positions whose last reader is there
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = *s.order[i];
+      if (node.kind != NodeKind::Op) continue;
+      is_op[i] = true;
+      bytes[i] = i < saved.size() ? saved[i] : static_cast<double>(value_bytes(node, chunk));
+      op_cost[i] = forward_cost(node, chunk);
+      if (last_use[i] < n) ending[last_use[i]].push_back(i);
+      if (bytes[i] > 0 && (smallest == 0 || bytes[i] < smallest)) smallest = bytes[i];
+      total += bytes[i];
+    }
+    freed.assign(n * window, 0);
+    cost.assign(n * window, 0);
+    std::vector<size_t> seen(n, SIZE_MAX);  // the start whose range last counted a position as its input
+    for (size_t l = 0; l < n; ++l) {
+      double f = 0, c = 0, kept = 0;
+      for (size_t r = l; r < n && r - l < window; ++r) {
+        c += op_cost[r];
+        for (size_t p : ending[r])
+          if (p >= l) f += bytes[p];
+        // An op value from before the range that autograd did not save: the segment keeps it.
+        if (is_op[r])
+          for (size_t k = s.input_start[r]; k < s.input_start[r + 1]; ++k) {
+            const int64_t q = s.inputs[k];
+            if (q < 0 || static_cast<size_t>(q) >= l || !is_op[static_cast<size_t>(q)] ||
+                seen[static_cast<size_t>(q)] == l)
+              continue;
+            seen[static_cast<size_t>(q)] = l;
+            if (bytes[static_cast<size_t>(q)] == 0)
+              kept += static_cast<double>(value_bytes(*s.order[static_cast<size_t>(q)], chunk));
+          }
+        freed[l * window + (r - l)] = f - kept;
+        cost[l * window + (r - l)] = c;
+      }
+    }
+  }
+  double freed_of(size_t l, size_t r) const { return freed[l * window + (r - l)]; }
+  double cost_of(size_t l, size_t r) const { return cost[l * window + (r - l)]; }
+};
+
+struct Solution {
+  Ranges ranges;
+  double freed = 0, largest = 0, cost = 0;
+  double saving() const { return freed - largest; }
+};
+
+// The ranges of at most `cap` freed each that maximize freed - lambda * cost.
+Solution solve(const Model& m, double cap, double lambda) {
+  std::vector<double> best(m.n + 1, 0);
+  std::vector<int64_t> from(m.n + 1, -1);  // where the range ending before it starts; -1: none
+  for (size_t r = 0; r < m.n; ++r) {
+    best[r + 1] = best[r];
+    const size_t lowest = r + 1 > m.window ? r + 1 - m.window : 0;
+    for (size_t l = r + 1; l-- > lowest;) {
+      const double f = m.freed_of(l, r);
+      if (f > cap) continue;
+      if (f <= 0) continue;
+      const double v = best[l] + f - lambda * m.cost_of(l, r);
+      if (v > best[r + 1]) {
+        best[r + 1] = v;
+        from[r + 1] = static_cast<int64_t>(l);
+      }
+    }
+  }
+  Solution s;
+  for (size_t r = m.n; r > 0;) {
+    if (from[r] < 0) {
+      --r;
+      continue;
+    }
+    const auto l = static_cast<size_t>(from[r]);
+    s.ranges.emplace_back(l, r - 1);
+    const double f = m.freed_of(l, r - 1);
+    s.freed += f;
+    s.largest = std::max(s.largest, f);
+    s.cost += m.cost_of(l, r - 1);
+    r = l;
+  }
+  std::reverse(s.ranges.begin(), s.ranges.end());
+  return s;
+}
+
+}  // namespace
+
+Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, uint64_t to_free,
+                     bool* most) {
+  if (most) *most = false;
+  const Model m(schedule, chunk, saved);
+  if (m.total <= 0) {
+    if (most) *most = true;
+    return {};
+  }
+  const double need = static_cast<double>(to_free);
+  constexpr double kTies = 1e-12;  // (a lambda this small only prefers the cheaper of equal savings)
+  std::optional<Solution> cheapest;
+  Solution most_saving;
+  // Caps from a 4096th of every value's bytes (or the least value) up, doubling.
+  for (double cap = std::max(m.smallest, m.total / 4096); cap < m.total * 2; cap *= 2) {
+    const Solution all = solve(m, cap, kTies);
+    if (all.saving() > most_saving.saving()) most_saving = all;
+    if (all.saving() < need) continue;
+    // The largest lambda (least cost) whose ranges still free enough.
+    double lo = kTies, hi = 1;
+    while (solve(m, cap, hi).saving() >= need && hi < 1e30) hi *= 16;
+    Solution found = all;
+    for (int i = 0; i < 40 && hi / lo > 1.05; ++i) {
+      const double mid = std::sqrt(lo * hi);
+      Solution s = solve(m, cap, mid);
+      if (s.saving() >= need) {
+        lo = mid;
+        found = std::move(s);
+      } else {
+        hi = mid;
+      }
+    }
+    if (found.saving() < need) continue;
+    if (!cheapest || found.cost < cheapest->cost ||
+        (found.cost == cheapest->cost && found.saving() > cheapest->saving()))
+      cheapest = std::move(found);
+  }
+  if (cheapest) return cheapest->ranges;
+  if (most) *most = true;
+  return most_saving.ranges;
+}
+
+uint64_t modelled_saving(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
+                         const Ranges& ranges) {
+  const Model m(schedule, chunk, saved);
+  double freed = 0, largest = 0;
+  for (const auto& [l, r] : ranges) {
+    if (r - l >= m.window) continue;
+    const double f = m.freed_of(l, r);
+    freed += f;
+    largest = std::max(largest, f);
+  }
+  return static_cast<uint64_t>(std::max(0.0, freed - largest));
+}
+
+}  // namespace koila

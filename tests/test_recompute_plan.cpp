@@ -1,0 +1,339 @@
+// Recomputation planned under the budget (issue 51): a backward that fits no chunk frees
+// activations in its forward and recomputes them in its backward. Each test runs within the
+// budget (the budget is a hard limit: a run over it fails) and checks the gradients against the
+// same run without recomputation and against eager LibTorch (PyTorch's kernels, its autograd).
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "plan/chunking_options.h"
+
+namespace koila_test {
+namespace {
+
+// Sets the recomputation policy, and puts the default back when the test ends.
+struct RecomputeGuard {
+  explicit RecomputeGuard(koila_recompute policy) { set(policy); }
+  ~RecomputeGuard() { set(KOILA_RECOMPUTE_AS_NEEDED); }
+  static void set(koila_recompute policy) {
+    koila_status* s = koila_set_recompute(policy);
+    EXPECT_EQ(s, nullptr) << koila_status_message(s);
+    koila_status_free(s);
+  }
+};
+
+// A deep per-position MLP over [batch, positions, width]: depth x (linear, gelu[, dropout]), then
+// the mean of squares. Its parameters are eager tensors shared with koila's graph.
+struct DeepMlp {
+  int64_t depth, width;
+  double dropout;
+  std::vector<at::Tensor> weights, biases;
+  DeepMlp(int64_t depth_, int64_t width_, double dropout_ = 0) : depth(depth_), width(width_), dropout(dropout_) {
+    at::manual_seed(5);
+    for (int64_t i = 0; i < depth; ++i) {
+      weights.push_back((at::randn({width, width}) / std::sqrt(static_cast<double>(width))).requires_grad_(true));
+      biases.push_back((at::randn({width}) * 0.1).requires_grad_(true));
+    }
+  }
+  std::vector<at::Tensor> params() const {
+    std::vector<at::Tensor> all = weights;
+    all.insert(all.end(), biases.begin(), biases.end());
+    return all;
+  }
+  void zero() const {
+    for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
+  }
+  std::vector<at::Tensor> grads() const {
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params()) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    return g;
+  }
+  // koila's graph; `keep` holds every handle.
+  Handle loss(const at::Tensor& input, std::vector<Handle>& keep) const {
+    keep.push_back(koila_models::lazy(input, 0));
+    koila_tensor* h = keep.back().get();
+    for (size_t i = 0; i < static_cast<size_t>(depth); ++i) {
+      keep.push_back(koila_models::share(weights[i]));
+      koila_tensor* w = keep.back().get();
+      keep.push_back(koila_models::share(biases[i]));
+      koila_tensor* b = keep.back().get();
+      keep.push_back(CALL(koila_linear, h, w, b));
+      keep.push_back(CALL(koila_gelu, keep.back().get()));
+      if (dropout > 0) keep.push_back(CALL(koila_dropout, keep.back().get(), dropout, 1));
+      h = keep.back().get();
+    }
+    keep.push_back(CALL(koila_mul, h, h));
+    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+  }
+  // Eager LibTorch's gradients of the same loss.
+  std::vector<at::Tensor> eager_grads(const at::Tensor& input) const {
+    zero();
+    c10::AutoGradMode on(true);
+    at::Tensor h = input;
+    for (int64_t i = 0; i < depth; ++i) {
+      h = at::gelu(at::linear(h, weights[static_cast<size_t>(i)], biases[static_cast<size_t>(i)]));
+      if (dropout > 0) h = at::dropout(h, dropout, true);
+    }
+    h.mul(h).mean().backward();
+    std::vector<at::Tensor> g = grads();
+    zero();
+    return g;
+  }
+};
+
+koila_code code_of(koila_status* s, std::string* message = nullptr) {
+  const koila_code c = koila_status_code(s);
+  if (message) *message = koila_status_message(s);
+  koila_status_free(s);
+  return c;
+}
+
+uint64_t recomputed_bytes(const koila_tensor* loss) {
+  koila_plan* p = nullptr;
+  koila_status* s = koila_plan_new(&p, loss, KOILA_MODE_TRAINING);
+  EXPECT_EQ(s, nullptr) << koila_status_message(s);
+  koila_status_free(s);
+  const uint64_t bytes = koila_plan_recomputed_bytes(p);
+  koila_plan_free(p);
+  return bytes;
+}
+
+void expect_bitwise(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].defined() && b[i].defined()) << what << ": parameter " << i << " has no gradient";
+    EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": parameter " << i << " differs by "
+                                       << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].defined() && b[i].defined()) << what << ": parameter " << i << " has no gradient";
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-4, 1e-6))
+        << what << ": parameter " << i << " differs by " << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+TEST(RecomputePlan, ASampleThatDoesNotFitTrainsRecomputingWithinTheBudget) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_AS_NEEDED);
+  const DeepMlp mlp(16, 128);
+  at::manual_seed(9);
+  const at::Tensor input = at::randn({1, 512, 128});  // one sample: a long sequence
+  const std::vector<at::Tensor> eager = mlp.eager_grads(input);
+
+  std::vector<Handle> keep;
+  const Handle loss = mlp.loss(input, keep);
+  // Without recomputation, unsplit (the batch is one sample) and unconstrained.
+  RecomputeGuard::set(KOILA_RECOMPUTE_OFF);
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> plain = mlp.grads();
+  expect_close(plain, eager, "koila without recomputation against eager LibTorch");
+  mlp.zero();
+
+  const uint64_t one_sample = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  const uint64_t budget = current_cpu() + one_sample / 2;
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  // Off: refused as before, nothing changed.
+  std::string message;
+  EXPECT_EQ(code_of(koila_backward(loss.get()), &message), KOILA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(message.find("KOILA_RECOMPUTE_OFF"), std::string::npos) << message;
+  for (const at::Tensor& p : mlp.params()) EXPECT_FALSE(p.grad().defined());
+
+  RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+  EXPECT_GT(recomputed_bytes(loss.get()), 0u);
+  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(info.text.find("Recomputed:"), std::string::npos) << info.text;
+  EXPECT_NE(info.text.find("more forward work"), std::string::npos) << info.text;
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), budget);
+  expect_bitwise(mlp.grads(), plain, "recomputing against the same run without");
+}
+
+TEST(RecomputePlan, ABudgetBelowTheMostRecomputationIsRefusedWithTheLeastThatWould) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_AS_NEEDED);
+  const DeepMlp mlp(8, 64);
+  at::manual_seed(9);
+  std::vector<Handle> keep;
+  const Handle loss = mlp.loss(at::randn({2, 256, 64}), keep);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + 4096));
+  std::string message;
+  EXPECT_EQ(code_of(koila_backward(loss.get()), &message), KOILA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(message.find("is the least budget that would"), std::string::npos) << message;
+  for (const at::Tensor& p : mlp.params()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(code_of(koila_set_recompute(static_cast<koila_recompute>(7))), KOILA_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(RecomputePlan, APlanThatFitsRecomputesNothing) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_AS_NEEDED);
+  const DeepMlp mlp(4, 32);
+  at::manual_seed(9);
+  std::vector<Handle> keep;
+  const Handle loss = mlp.loss(at::randn({4, 16, 32}), keep);
+  EXPECT_EQ(recomputed_bytes(loss.get()), 0u);
+  budget_for_chunk(loss.get(), koila::RunMode::Training, 1);
+  EXPECT_EQ(recomputed_bytes(loss.get()), 0u);
+  EXPECT_EQ(koila_plan_recomputed_bytes(nullptr), 0u);
+}
+
+TEST(RecomputePlan, DropoutReplaysItsMasks) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_OFF);
+  const DeepMlp mlp(12, 96, /*dropout=*/0.3);
+  at::manual_seed(9);
+  const at::Tensor input = at::randn({1, 384, 96});
+  std::vector<Handle> keep;
+  const Handle loss = mlp.loss(input, keep);
+  at::manual_seed(21);
+  const std::vector<at::Tensor> eager = mlp.eager_grads(input);
+  at::manual_seed(21);
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> plain = mlp.grads();
+  expect_close(plain, eager, "koila without recomputation against eager LibTorch, same masks");
+  mlp.zero();
+
+  RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+  const uint64_t budget = current_cpu() + koila::estimate_extra(loss->node, koila::RunMode::Training, 1) / 2;
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  ASSERT_GT(recomputed_bytes(loss.get()), 0u);
+  at::manual_seed(21);
+  ASSERT_OK(koila_backward(loss.get()));
+  expect_bitwise(mlp.grads(), plain, "recomputed dropout against the run once");
+  // The stream goes on as after the run without recomputation: the same next draw.
+  const at::Tensor after_recomputing = at::rand({4});
+  mlp.zero();
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  RecomputeGuard::set(KOILA_RECOMPUTE_OFF);
+  at::manual_seed(21);
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_TRUE(at::equal(after_recomputing, at::rand({4})));
+}
+
+// conv 3x3 -> batch norm (training) -> relu, `depth` times, then the mean of squares: batch norm
+// mixes the batch (KOILA_BATCH_STATS_EXACT), so it runs unsplit or not at all.
+struct BatchNormNet {
+  int64_t depth, channels;
+  std::vector<at::Tensor> convs, gammas, betas, means, vars;
+  BatchNormNet(int64_t depth_, int64_t channels_) : depth(depth_), channels(channels_) {
+    at::manual_seed(7);
+    for (int64_t i = 0; i < depth; ++i) {
+      convs.push_back((at::randn({channels, channels, 3, 3}) * 0.2).requires_grad_(true));
+      gammas.push_back((at::rand({channels}) + 0.5).requires_grad_(true));
+      betas.push_back((at::randn({channels}) * 0.1).requires_grad_(true));
+      means.push_back(at::zeros({channels}));
+      vars.push_back(at::ones({channels}));
+    }
+  }
+  std::vector<at::Tensor> params() const {
+    std::vector<at::Tensor> all = convs;
+    all.insert(all.end(), gammas.begin(), gammas.end());
+    all.insert(all.end(), betas.begin(), betas.end());
+    return all;
+  }
+  std::vector<at::Tensor> grads() const {
+    std::vector<at::Tensor> g;
+    for (const at::Tensor& p : params()) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    return g;
+  }
+  void zero() const {
+    for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
+  }
+  std::vector<at::Tensor> stats() const {
+    std::vector<at::Tensor> all;
+    for (size_t i = 0; i < means.size(); ++i) {
+      all.push_back(means[i].clone());
+      all.push_back(vars[i].clone());
+    }
+    return all;
+  }
+  void reset_stats() const {
+    for (size_t i = 0; i < means.size(); ++i) {
+      at::Tensor(means[i]).zero_();
+      at::Tensor(vars[i]).fill_(1);
+    }
+  }
+  Handle loss(const at::Tensor& input, std::vector<Handle>& keep) const {
+    keep.push_back(koila_models::lazy(input, 0));
+    koila_tensor* h = keep.back().get();
+    const int64_t stride[2] = {1, 1}, padding[2] = {1, 1}, dilation[2] = {1, 1};
+    for (size_t i = 0; i < static_cast<size_t>(depth); ++i) {
+      for (const at::Tensor* t : {&convs[i], &gammas[i], &betas[i], &means[i], &vars[i]})
+        keep.push_back(koila_models::share(*t));
+      const size_t base = keep.size() - 5;
+      keep.push_back(CALL(koila_conv2d, h, keep[base].get(), nullptr, stride, padding, dilation, 1));
+      keep.push_back(CALL(koila_batch_norm, keep.back().get(), keep[base + 1].get(), keep[base + 2].get(),
+                          keep[base + 3].get(), keep[base + 4].get(), 1, 0.1, 1e-5));
+      keep.push_back(CALL(koila_relu, keep.back().get()));
+      h = keep.back().get();
+    }
+    keep.push_back(CALL(koila_mul, h, h));
+    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+  }
+  // Eager LibTorch: the gradients, and the running statistics after one step.
+  std::vector<at::Tensor> eager_grads(const at::Tensor& input) const {
+    zero();
+    c10::AutoGradMode on(true);
+    at::Tensor h = input;
+    for (size_t i = 0; i < static_cast<size_t>(depth); ++i)
+      h = at::relu(at::batch_norm(at::conv2d(h, convs[i], {}, 1, 1), gammas[i], betas[i], means[i], vars[i], true, 0.1,
+                                  1e-5, false));
+    h.mul(h).mean().backward();
+    std::vector<at::Tensor> g = grads();
+    zero();
+    return g;
+  }
+};
+
+TEST(RecomputePlan, BatchNormRunsUnsplitUnderABudgetItDidNotFitWithTheWholeBatchStatistics) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_OFF);
+  const BatchNormNet net(6, 16);
+  at::manual_seed(3);
+  const at::Tensor input = at::randn({8, 16, 32, 32});
+  const std::vector<at::Tensor> eager = net.eager_grads(input);
+  const std::vector<at::Tensor> eager_stats = net.stats();
+  net.reset_stats();
+
+  std::vector<Handle> keep;
+  const Handle loss = net.loss(input, keep);
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> plain = net.grads();
+  expect_close(plain, eager, "koila without recomputation against eager LibTorch");
+  net.zero();
+  net.reset_stats();
+
+  const uint64_t unsplit = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
+  const uint64_t budget = current_cpu() + unsplit * 8 / 10;
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  std::string message;
+  EXPECT_EQ(code_of(koila_backward(loss.get()), &message), KOILA_ERROR_NOT_SPLITTABLE) << message;
+  for (const at::Tensor& p : net.params()) EXPECT_FALSE(p.grad().defined());
+  for (size_t i = 0; i < net.means.size(); ++i) {
+    EXPECT_TRUE(at::equal(net.means[i], at::zeros({16})));
+    EXPECT_TRUE(at::equal(net.vars[i], at::ones({16})));
+  }
+
+  RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(info.chunks, 1) << info.text;
+  EXPECT_NE(info.text.find("Recomputed:"), std::string::npos) << info.text;
+  EXPECT_GT(recomputed_bytes(loss.get()), 0u);
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), budget);
+  expect_bitwise(net.grads(), plain, "recomputing against the same unsplit run without");
+  // Updated once, by the first run: as eager LibTorch's one forward updates them.
+  expect_close(net.stats(), eager_stats, "running statistics against eager LibTorch's after one step");
+}
+
+}  // namespace
+}  // namespace koila_test
