@@ -15,6 +15,18 @@
 namespace koila_test {
 namespace {
 
+// Each parameter's .grad (a copy; undefined where there is none).
+std::vector<at::Tensor> grads_of(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> g;
+  for (const at::Tensor& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  return g;
+}
+
+// Every .grad of `params` taken away.
+void zero_grads(const std::vector<at::Tensor>& params) {
+  for (at::Tensor p : params) p.mutable_grad() = at::Tensor();
+}
+
 // Sets the recomputation policy, and puts the default back when the test ends.
 struct RecomputeGuard {
   explicit RecomputeGuard(koila_recompute policy) { set(policy); }
@@ -44,14 +56,8 @@ struct DeepMlp {
     all.insert(all.end(), biases.begin(), biases.end());
     return all;
   }
-  void zero() const {
-    for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
-  }
-  std::vector<at::Tensor> grads() const {
-    std::vector<at::Tensor> g;
-    for (const at::Tensor& p : params()) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-    return g;
-  }
+  void zero() const { zero_grads(params()); }
+  std::vector<at::Tensor> grads() const { return grads_of(params()); }
   // koila's graph; `keep` holds every handle.
   Handle loss(const at::Tensor& input, std::vector<Handle>& keep) const {
     keep.push_back(koila_models::lazy(input, 0));
@@ -239,14 +245,8 @@ struct BatchNormNet {
     all.insert(all.end(), betas.begin(), betas.end());
     return all;
   }
-  std::vector<at::Tensor> grads() const {
-    std::vector<at::Tensor> g;
-    for (const at::Tensor& p : params()) g.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-    return g;
-  }
-  void zero() const {
-    for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
-  }
+  std::vector<at::Tensor> grads() const { return grads_of(params()); }
+  void zero() const { zero_grads(params()); }
   std::vector<at::Tensor> stats() const {
     std::vector<at::Tensor> all;
     for (size_t i = 0; i < means.size(); ++i) {

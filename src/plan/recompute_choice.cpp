@@ -21,12 +21,7 @@ struct Model {
 
   Model(const Schedule& s, int64_t chunk, const std::vector<double>& saved)
       : n(s.order.size()), window(std::min(n, kWindow)) {
-    std::vector<size_t> last_use(n, 0);
-    for (size_t i = 0; i < n; ++i)
-      for (size_t k = s.input_start[i]; k < s.input_start[i + 1]; ++k)
-        if (s.inputs[k] >= 0)
-          last_use[static_cast<size_t>(s.inputs[k])] = std::max(last_use[static_cast<size_t>(s.inputs[k])], i);
-    for (size_t r : s.roots) last_use[r] = n;
+    const std::vector<size_t> last_use = last_reads(s);
     std::vector<double> bytes(n, 0), op_cost(n, 0);
     std::vector<bool> is_op(n, false);
     std::vector<std::vector<size_t>> ending(n);  // positions whose last reader is there

@@ -185,6 +185,19 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   return outs;
 }
 
+std::vector<size_t> last_reads(const Schedule& schedule) {
+  const size_t n = schedule.order.size();
+  std::vector<size_t> last(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = schedule.input_start[i]; k < schedule.input_start[i + 1]; ++k)
+      if (schedule.inputs[k] >= 0) {
+        const auto p = static_cast<size_t>(schedule.inputs[k]);
+        last[p] = std::max(last[p], i);
+      }
+  for (size_t r : schedule.roots) last[r] = n;
+  return last;
+}
+
 uint64_t value_bytes(const Node& node, int64_t chunk) {
   double n = static_cast<double>(c10::elementSize(node.meta.dtype));
   for (size_t d = 0; d < node.meta.shape.size(); ++d)
@@ -245,13 +258,7 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
   plan->base = &base;
   plan->chunk = chunk;
   const size_t n = base.order.size();
-  // Where each value is last read (a root: past the end).
-  std::vector<size_t> last_use(n, 0);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k)
-      if (base.inputs[k] >= 0)
-        last_use[static_cast<size_t>(base.inputs[k])] = std::max(last_use[static_cast<size_t>(base.inputs[k])], i);
-  for (size_t r : base.roots) last_use[r] = n;
+  const std::vector<size_t> last_use = last_reads(base);
   for (size_t i = 0; i < n; ++i)
     if (base.order[i]->kind == NodeKind::Op) plan->forward_cost += forward_cost(*base.order[i], chunk);
   size_t previous_end = 0;

@@ -76,6 +76,10 @@ struct RecomputePlan {
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk);
 
+// For each position of `schedule`, the last position that reads its value (a root: the order's
+// size; a value nobody reads: 0).
+std::vector<size_t> last_reads(const Schedule& schedule);
+
 // The bytes of `node`'s value in a chunk of `chunk` samples (-1: the whole batch).
 uint64_t value_bytes(const Node& node, int64_t chunk);
 // A rough count of the arithmetic of `node`'s op in a chunk of `chunk` samples: its result's
