@@ -458,7 +458,13 @@ KOILA_API koila_status *koila_set_chunking(koila_chunking policy);
    An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
 typedef enum koila_recompute {
   KOILA_RECOMPUTE_OFF = 0,       /* never recompute: as before this section existed */
-  KOILA_RECOMPUTE_AS_NEEDED = 1  /* default: only where no chunk fits without it */
+  KOILA_RECOMPUTE_AS_NEEDED = 1, /* default: only where no chunk fits without it */
+  /* Recompute rather than split: where the unsplit run does not fit, the largest chunk that fits
+     recomputing (the whole batch first), as AS_NEEDED chooses when no chunk fits; chunks without
+     recomputation only where none fits recomputing. For whole-batch results (batch statistics,
+     one pass) and for devices where one large chunk recomputing runs faster than small ones;
+     `koila fit` asks with it for the largest batch that runs unsplit recomputing. */
+  KOILA_RECOMPUTE_PREFERRED = 2
 } koila_recompute;
 KOILA_API koila_status *koila_set_recompute(koila_recompute policy);
 

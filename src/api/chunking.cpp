@@ -24,7 +24,7 @@ KOILA_API koila_status* koila_set_chunking(koila_chunking policy) {
 KOILA_API koila_status* koila_set_recompute(koila_recompute policy) {
   return guard(__func__, [&] {
     set_recompute(
-        arg::enumeration(policy, "policy", "koila_recompute", KOILA_RECOMPUTE_OFF, KOILA_RECOMPUTE_AS_NEEDED));
+        arg::enumeration(policy, "policy", "koila_recompute", KOILA_RECOMPUTE_OFF, KOILA_RECOMPUTE_PREFERRED));
   });
 }
 

@@ -214,6 +214,9 @@ void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
     if (!most) return;  // no simulation to plan it by
     p.least_recomputed_needed = p.needed(most->extra, most->allocator);
     p.least_recomputed_chunk = a.splits(chunk) ? chunk : a.batch;
+    // Recomputing saves nothing here (a graph of one module call, recomputed whole, needs what
+    // it needed): nor will it in smaller chunks.
+    if (!most->fits && most->extra >= estimator.extra(a.splits(chunk) ? chunk : -1)) return;
     if (!most->fits) continue;
     std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false);
     if (!chosen || !chosen->fits) chosen = most;
@@ -243,6 +246,9 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
   p.chunk = a.batch;
   p.extra_bytes = p.unsplit_extra_bytes;
   p.allocator_bytes = p.unsplit_allocator_bytes;
+  p.recompute_policy = recompute();
+  const bool training = mode == RunMode::Training;
+  if (!fits(p) && training && p.recompute_policy == KOILA_RECOMPUTE_PREFERRED) plan_recompute(p, a, estimator);
   if (!fits(p) && a.batch > 1 && p.coupled.empty()) {
     // The largest power of two below the batch whose estimate fits (estimates grow with the chunk).
     int64_t lo = 0, hi = 0;  // exponents
@@ -274,9 +280,7 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
       p.allocator_bytes = estimator.allocator_overhead(1);
     }
   }
-  p.recompute_policy = recompute();
-  if (!fits(p) && mode == RunMode::Training && p.recompute_policy == KOILA_RECOMPUTE_AS_NEEDED)
-    plan_recompute(p, a, estimator);
+  if (!fits(p) && training && p.recompute_policy != KOILA_RECOMPUTE_OFF) plan_recompute(p, a, estimator);
   if (p.chunking == KOILA_CHUNK_FASTEST && !p.recompute) choose_fastest_chunk(a, estimator, p);
   const bool fit = fits(p);
   if (with_source || !fit) p.source = estimator.source();  // text: built only where it is read
@@ -476,7 +480,11 @@ std::string Plan::describe() const {
   }
   if (!source.empty()) os << " Source: " << source << ".";
   const bool fits_unsplit = fits(*this, unsplit_extra_bytes, unsplit_allocator_bytes);
-  if (recompute) {
+  if (recompute && recompute_policy == KOILA_RECOMPUTE_PREFERRED) {
+    os << " The unsplit run does not fit without recomputation; KOILA_RECOMPUTE_PREFERRED recomputes rather than "
+          "split"
+       << (split ? ": " + std::to_string(chunk) + " is the largest power of two whose chunks fit recomputing." : ".");
+  } else if (recompute) {
     os << (batch >= 0 && !coupled.empty() ? " The unsplit run does not fit without recomputation and the batch cannot "
                                             "be split: " +
                                                 coupled + "; it fits recomputing."

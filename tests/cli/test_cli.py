@@ -149,10 +149,19 @@ def case_fit(a):
     # Power of two: 1024 does not fit unsplit at 48 MiB; its chunk is the largest power of two that does.
     check(r["plan"]["chunks"] > 1 and r["largest_chunk"] == r["plan"]["chunk"], "batch 1024: %s" % r["plan"]["description"])
     check(r["largest_chunk"] & (r["largest_chunk"] - 1) == 0 and r["largest_chunk"] <= n, "chunk %d" % r["largest_chunk"])
+    # Recomputing: never a smaller answer (a module call recomputed whole saves nothing, so the
+    # same one here); with --recompute off, not searched.
+    check(r["largest_unsplit_batch_recomputing"] is not None and r["largest_unsplit_batch_recomputing"] >= n,
+          "recomputing, the largest batch is %s" % r["largest_unsplit_batch_recomputing"])
+    off = json.loads(run(["fit", os.path.join(a.corpus, "vit_small.pt")] + VIT +
+                         ["--batch", "1024", "--budget", "48MiB", "--recompute", "off", "--json"], a.koila).stdout)
+    check(off["largest_unsplit_batch"] == n and off["largest_unsplit_batch_recomputing"] is None,
+          "--recompute off: %s, %s" % (off["largest_unsplit_batch"], off["largest_unsplit_batch_recomputing"]))
     text = run(["fit", os.path.join(a.corpus, "vit_small.pt")] + VIT + ["--batch", "1024", "--budget", "48MiB"], a.koila).stdout
     print(text)
     check("largest batch that runs unsplit   %d" % n in text, "fit text lacks the answer %d" % n)
     check("largest chunk under the budget    %d" % r["largest_chunk"] in text, "fit text lacks the chunk")
+    check("largest batch, recomputing" in text, "fit text lacks the largest batch recomputing")
 
 
 def case_forward_int_input(a):
@@ -190,6 +199,7 @@ def case_errors(a):
         (["plan", model] + base + ["--mode", "training"], "needs --loss"),
         (["plan", model] + base + ["--mode", "training", "--loss", "cross_entropy:7"], "not [batch, 7"),
         (["fit", model] + base + ["--svg", "x.svg"], "--svg applies to koila plan"),
+        (["plan", model] + base + ["--recompute", "sometimes"], "--recompute 'sometimes': expected off or as-needed"),
         (["plan", model] + base + ["--svg", os.path.join(a.work, "no", "such", "dir", "x.svg")], "cannot write"),
         (["frobnicate", model], "unknown command"),
         ([], "missing command"),

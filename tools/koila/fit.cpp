@@ -9,17 +9,23 @@ namespace {
 
 class Search {
  public:
-  explicit Search(Session& s, FitResult& r) : s_(s), r_(r), budget_(s.budget()) {}
+  // `recomputing`: unsplit recomputing counts as fitting (plans under KOILA_RECOMPUTE_PREFERRED).
+  Search(Session& s, FitResult& r, bool recomputing = false)
+      : s_(s),
+        r_(r),
+        budget_(s.budget()),
+        recomputing_(recomputing),
+        tried_(recomputing ? r.tried_recomputing : r.tried) {}
 
   bool fits(int64_t n) {
-    auto found = r_.tried.find(n);
-    if (found != r_.tried.end()) return found->second.fits;
+    auto found = tried_.find(n);
+    if (found != tried_.end()) return found->second.fits;
     BatchVerdict v;
     if (s_.input_bytes(n) > budget_) {
       v.why = "its inputs alone (" + human_bytes(s_.input_bytes(n)) + ") exceed the budget";
     } else {
-      BatchPlan b = s_.plan_batch(n);
-      v.fits = b.fits_unsplit();
+      BatchPlan b = recomputing_ ? s_.plan_batch(n, KOILA_RECOMPUTE_PREFERRED) : s_.plan_batch(n, KOILA_RECOMPUTE_OFF);
+      v.fits = recomputing_ ? b.fits_unsplit_recomputing() : b.fits_unsplit();
       if (b.plan) {
         v.full_peak = koila_plan_full_peak_bytes(b.plan.get());
         v.full_need = koila_plan_full_needed_bytes(b.plan.get());
@@ -31,7 +37,7 @@ class Search {
                              std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks"
                        : b.message;
     }
-    r_.tried[n] = v;
+    tried_[n] = v;
     return v.fits;
   }
 
@@ -40,8 +46,8 @@ class Search {
   int64_t guess(int64_t n1, int64_t n2) {
     fits(n1);
     fits(n2);
-    const double need1 = static_cast<double>(r_.tried.at(n1).full_need),
-                 need2 = static_cast<double>(r_.tried.at(n2).full_need);
+    const double need1 = static_cast<double>(tried_.at(n1).full_need),
+                 need2 = static_cast<double>(tried_.at(n2).full_need);
     if (need1 == 0 || need2 == 0) return n1 > 1 ? guess(1, 2) : n1;  // not planned (e.g. not splittable): no figures
     const double slope = (need2 - need1) / static_cast<double>(n2 - n1);
     if (slope <= 0) return n2;
@@ -59,7 +65,40 @@ class Search {
   Session& s_;
   FitResult& r_;
   uint64_t budget_;
+  bool recomputing_;
+  std::map<int64_t, BatchVerdict>& tried_;
 };
+
+// The largest batch that `search` finds fitting, from a guess through the plans of --batch and
+// half of it, then doubling steps and a bisection.
+int64_t largest_fitting(Search& search, int64_t batch) {
+  const int64_t n2 = std::max<int64_t>(2, batch), n1 = std::max<int64_t>(1, n2 / 2);
+  const int64_t g = search.guess(n1, n2);
+  int64_t lo = 0, hi = 0;  // lo fits (0: nothing known to), hi does not
+  if (search.fits(g)) {
+    lo = g;
+    int64_t step = 1;
+    while (lo + step <= search.cap() && search.fits(lo + step)) {
+      lo += step;
+      step *= 2;
+    }
+    hi = lo + step;
+  } else {
+    hi = g;
+    int64_t step = 1;
+    while (hi - step >= 1 && !search.fits(hi - step)) {
+      hi -= step;
+      step *= 2;
+    }
+    lo = std::max<int64_t>(0, hi - step);
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (search.fits(mid) ? lo : hi) = mid;
+  }
+  if (lo > 0) search.fits(lo + 1);  // the verdict next to the answer, for the report
+  return lo;
+}
 
 // Sets `measured_*` from one real run of a batch of r.largest.
 void verify(Session& s, FitResult& r) {
@@ -99,32 +138,11 @@ FitResult find_fit(Session& session) {
     }
   }
   Search search(session, r);
-  const int64_t n2 = std::max<int64_t>(2, batch), n1 = std::max<int64_t>(1, n2 / 2);
-  const int64_t g = search.guess(n1, n2);
-  int64_t lo = 0, hi = 0;  // lo fits (0: nothing known to), hi does not
-  if (search.fits(g)) {
-    lo = g;
-    int64_t step = 1;
-    while (lo + step <= search.cap() && search.fits(lo + step)) {
-      lo += step;
-      step *= 2;
-    }
-    hi = lo + step;
-  } else {
-    hi = g;
-    int64_t step = 1;
-    while (hi - step >= 1 && !search.fits(hi - step)) {
-      hi -= step;
-      step *= 2;
-    }
-    lo = std::max<int64_t>(0, hi - step);
+  r.largest = largest_fitting(search, batch);
+  if (session.options().mode == KOILA_MODE_TRAINING && session.options().recompute != KOILA_RECOMPUTE_OFF) {
+    Search recomputing(session, r, /*recomputing=*/true);
+    r.largest_recomputing = largest_fitting(recomputing, batch);
   }
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (search.fits(mid) ? lo : hi) = mid;
-  }
-  if (lo > 0) search.fits(lo + 1);  // the verdict next to the answer, for the report
-  r.largest = lo;
   if (session.options().verify && r.largest > 0) verify(session, r);
   return r;
 }
@@ -149,6 +167,15 @@ std::string fit_text(const FitResult& r, const Session& s) {
               (next->second.full_peak ? "estimated peak " + human_bytes(next->second.full_peak) + ", " : "") +
               next->second.why + "\n";
   }
+  if (r.largest_recomputing >= 0) {
+    const auto at = r.tried_recomputing.find(r.largest_recomputing);
+    if (r.largest_recomputing == 0 || at == r.tried_recomputing.end())
+      text += "largest batch, recomputing         none: not even one sample fits recomputing\n";
+    else
+      text += "largest batch, recomputing        " + std::to_string(r.largest_recomputing) +
+              "  (unsplit, freeing activations in the forward and recomputing them in the backward; needs " +
+              human_bytes(at->second.full_need) + " without recomputing)\n";
+  }
   const int64_t batch = s.options().batch;
   if (r.batch_planned) {
     const PlanReport& p = r.at_batch;
@@ -166,7 +193,7 @@ std::string fit_text(const FitResult& r, const Session& s) {
   } else {
     text += "batch " + std::to_string(batch) + ": does not run: " + r.batch_why + "\n";
   }
-  text += "\nfound from " + std::to_string(r.tried.size() + 1) +
+  text += "\nfound from " + std::to_string(r.tried.size() + r.tried_recomputing.size() + 1) +
           " plans, without running anything out of memory (koila's estimates: simulated on meta tensors, "
           "calibrated by real probes of a few samples)\n";
   if (r.verified) {
@@ -198,6 +225,10 @@ void fit_json(Json& j, const FitResult& r) {
         .field("unsplit_needed_bytes", next->second.full_need)
         .field("why", next->second.why)
         .end_object();
+  if (r.largest_recomputing >= 0)
+    j.field("largest_unsplit_batch_recomputing", r.largest_recomputing);
+  else
+    j.null_field("largest_unsplit_batch_recomputing");
   j.begin_array("tried");
   for (const auto& [n, v] : r.tried)
     j.begin_object()

@@ -16,7 +16,7 @@
 namespace koila_cli {
 
 struct BatchVerdict {
-  bool fits = false;       // runs unsplit by koila's plan
+  bool fits = false;       // runs unsplit by koila's plan (without recomputation, or with: FitResult)
   uint64_t full_peak = 0;  // estimated unsplit peak (0 when not planned)
   uint64_t full_need = 0;  // the budget the unsplit run needs: with koila's margin (0 when not planned)
   std::string why;         // when it does not fit
@@ -25,7 +25,11 @@ struct BatchVerdict {
 struct FitResult {
   int64_t largest = 0;                    // largest batch that runs unsplit (0: not even 1)
   std::map<int64_t, BatchVerdict> tried;  // every batch size planned
-  PlanReport at_batch;                    // the plan of --batch
+  // Training under --recompute as-needed: the same, recomputing where it does not fit without
+  // (planned under KOILA_RECOMPUTE_PREFERRED); -1: not searched.
+  int64_t largest_recomputing = -1;
+  std::map<int64_t, BatchVerdict> tried_recomputing;
+  PlanReport at_batch;  // the plan of --batch
   bool batch_planned = false;
   std::string batch_why;  // when --batch could not be planned at all
   bool verified = false;

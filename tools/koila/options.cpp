@@ -159,6 +159,14 @@ bool parse_options(const std::vector<std::string>& args, Options* out) {
       o.verify = true;
     } else if (name == "--per-chunk-stats") {
       o.per_chunk_stats = true;
+    } else if (name == "--recompute") {
+      const std::string v = value();
+      if (v == "off")
+        o.recompute = KOILA_RECOMPUTE_OFF;
+      else if (v == "as-needed")
+        o.recompute = KOILA_RECOMPUTE_AS_NEEDED;
+      else
+        usage_error("--recompute '" + v + "': expected off or as-needed");
     } else if (name == "--input") {
       o.inputs.push_back(parse_input(value()));
     } else if (name == "--batch") {
@@ -260,6 +268,10 @@ void print_usage() {
       "                         number of bytes, or auto (default: free memory less a tenth)\n"
       "  --per-chunk-stats      batch norm in training normalizes each chunk with its own\n"
       "                         statistics (KOILA_BATCH_STATS_PER_CHUNK)\n"
+      "  --recompute POLICY     training: as-needed (default: where no chunk fits, free\n"
+      "                         activations in the forward and recompute them in the\n"
+      "                         backward) or off; fit also finds the largest batch that\n"
+      "                         runs unsplit recomputing\n"
       "  --svg FILE             plan: write the memory timeline (live bytes op by op) as SVG\n"
       "  --verify               fit: run the largest unsplit batch once and report its\n"
       "                         measured peak against the budget\n"

@@ -35,6 +35,7 @@ struct Options {
   std::string svg;      // plan: where to write the timeline
   bool verify = false;  // fit: run the largest unsplit batch once and measure it
   bool per_chunk_stats = false;
+  koila_recompute recompute = KOILA_RECOMPUTE_AS_NEEDED;  // --recompute off|as-needed
 };
 
 // argv without the program name. Returns false for --help (usage printed to stdout).

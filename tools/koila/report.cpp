@@ -75,6 +75,7 @@ PlanReport make_plan_report(Session& session, const BatchPlan& b) {
   r.full_peak = koila_plan_full_peak_bytes(p);
   r.need = koila_plan_needed_bytes(p);
   r.full_need = koila_plan_full_needed_bytes(p);
+  r.recomputed = koila_plan_recomputed_bytes(p);
   r.budget = koila_plan_budget_bytes(p);
   r.description = describe(p);
   r.planned = read_timeline(p, false);
@@ -162,6 +163,10 @@ std::string plan_text(const PlanReport& r, const Session& s) {
   if (r.chunks > 1) text += " (unsplit: " + human_bytes(r.full_peak) + ")";
   text += "\nneeds      " + human_bytes(r.need) + " of budget, with koila's margin on the estimate";
   if (r.chunks > 1) text += " (unsplit: " + human_bytes(r.full_need) + ")";
+  if (r.recomputed > 0)
+    text += "\nrecomputes " + human_bytes(r.recomputed) +
+            " of activations a chunk frees in its forward and computes again in its backward (what and its cost: "
+            "below)";
   text += "\n\nwhere the memory goes at the peak";
   if (r.planned.available) {
     const TimelineEvent& e = r.planned.events[r.planned.peak_index];
@@ -191,6 +196,7 @@ void plan_json(Json& j, const PlanReport& r) {
       .field("unsplit_peak_bytes", r.full_peak)
       .field("needed_bytes", r.need)
       .field("unsplit_needed_bytes", r.full_need)
+      .field("recomputed_bytes", r.recomputed)
       .field("plan_budget_bytes", r.budget)
       .field("fits_unsplit", r.chunks == 1)
       .field("description", r.description);

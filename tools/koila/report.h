@@ -23,6 +23,7 @@ struct PlanReport {
   int64_t batch = 0, chunk = 0, chunks = 1;
   uint64_t peak = 0, full_peak = 0, budget = 0;
   uint64_t need = 0, full_need = 0;  // the budget the run needs, with koila's margin (koila_plan_needed_bytes)
+  uint64_t recomputed = 0;           // koila_plan_recomputed_bytes
   std::string description;           // koila_plan_describe
   std::vector<Part> parts;           // add up to `peak`
   TimelineData planned, unsplit;

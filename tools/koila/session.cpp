@@ -69,6 +69,7 @@ Session::Session(const Options& options) : o_(options) {
   check(koila_memory_budget(o_.device.c_str(), &resolved), "device '" + o_.device + "'");
   check(koila_set_memory_budget(o_.device.c_str(), o_.budget), "--budget");
   if (o_.per_chunk_stats) check(koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK), "--per-chunk-stats");
+  check(koila_set_recompute(o_.recompute), "--recompute");
   const uint64_t before = in_use();
   koila_module* m = nullptr;
   check(koila_module_load(&m, o_.model.c_str(), o_.device.c_str()), "cannot load the model");
@@ -157,7 +158,9 @@ Tensor Session::make_loss(koila_tensor* output, BatchPlan& b) {
   return Tensor(loss);
 }
 
-BatchPlan Session::plan_batch(int64_t n) {
+BatchPlan Session::plan_batch(int64_t n) { return plan_batch(n, o_.recompute); }
+
+BatchPlan Session::plan_batch(int64_t n, koila_recompute recompute) {
   BatchPlan b;
   b.batch = n;
   b.input_bytes = input_bytes(n);
@@ -177,7 +180,9 @@ BatchPlan Session::plan_batch(int64_t n) {
   b.target = loss ? std::move(loss) : std::move(output);
   if (output) b.keep.push_back(std::move(output));
   koila_plan* plan = nullptr;
+  check(koila_set_recompute(recompute), "koila_set_recompute");
   koila_status* s = koila_plan_new(&plan, b.target.get(), o_.mode);
+  check(koila_set_recompute(o_.recompute), "koila_set_recompute");
   b.plan.reset(plan);
   if (s) {
     b.code = koila_status_code(s);

@@ -26,7 +26,11 @@ struct BatchPlan {
   uint64_t input_bytes = 0;  // inputs and targets
   std::vector<int64_t> output_shape;
 
-  bool fits_unsplit() const { return plan && koila_plan_num_chunks(plan.get()) == 1; }
+  // Unsplit, recomputing nothing (KOILA_RECOMPUTE_PREFERRED's plans may recompute).
+  bool fits_unsplit() const {
+    return plan && koila_plan_num_chunks(plan.get()) == 1 && koila_plan_recomputed_bytes(plan.get()) == 0;
+  }
+  bool fits_unsplit_recomputing() const { return plan && koila_plan_num_chunks(plan.get()) == 1; }
 };
 
 class Session {
@@ -37,7 +41,9 @@ class Session {
 
   // The graph of a batch of `n` and its plan. Failures of the model or the loss are
   // CliErrors; a plan that does not fit is not (code and message say why).
+  // `recompute`: the policy the plan is made under (default: --recompute's).
   BatchPlan plan_batch(int64_t n);
+  BatchPlan plan_batch(int64_t n, koila_recompute recompute);
   // Bytes of inputs and targets for a batch of n, without making them.
   uint64_t input_bytes(int64_t n) const;
 
