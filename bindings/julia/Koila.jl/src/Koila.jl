@@ -30,7 +30,7 @@ include("LibKoila.jl")
 using .LibKoila
 using .LibKoila: koila_tensor, koila_status, koila_plan, koila_module, koila_optimizer, koila_group,
                  koila_code, koila_dtype, koila_reduction, koila_mode, koila_batch_stats,
-                 koila_chunking
+                 koila_chunking, koila_recompute
 
 # Functions named like Base's, kept in this module (use them qualified: Koila.zeros).
 function zeros end
@@ -68,8 +68,8 @@ export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, lo
        stack, cross_entropy, nll_loss, mse_loss, l1_loss, binary_cross_entropy_with_logits,
        scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes, needed_bytes, full_needed_bytes,
-       describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
-       manual_seed!, set_batch_stats!, set_chunking!, set_progress!, Timeline, events, peak_index,
+       recomputed_bytes, describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
+       manual_seed!, set_batch_stats!, set_chunking!, set_recompute!, set_progress!, Timeline, events, peak_index,
        memory_part
 export TorchModule, forward, forward_all, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, module_kind, num_buffers, buffer, buffers, buffer_name,

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: eed86f399e3533809d4556ee6caa04c8c6912b18ccabf7511cc0c5f47ed678de
+# Header sha256: cdf37692e26c8a779587a9b7eaaaeeb6620e780702b287b0146980e551e0d541
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -183,6 +183,7 @@ end
 @enum koila_recompute::Cint begin
     KOILA_RECOMPUTE_OFF = 0
     KOILA_RECOMPUTE_AS_NEEDED = 1
+    KOILA_RECOMPUTE_PREFERRED = 2
 end
 
 @enum koila_module_kind::Cint begin

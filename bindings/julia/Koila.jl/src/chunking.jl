@@ -15,6 +15,36 @@ function _chunking(p::Symbol)
     _argerror("chunking must be :largest or :fastest, got :$p")
 end
 
+_recompute(p::koila_recompute) = p
+function _recompute(p::Symbol)
+    p === :off && return LibKoila.KOILA_RECOMPUTE_OFF
+    p === :as_needed && return LibKoila.KOILA_RECOMPUTE_AS_NEEDED
+    p === :preferred && return LibKoila.KOILA_RECOMPUTE_PREFERRED
+    _argerror("recompute must be :off, :as_needed or :preferred, got :$p")
+end
+
+"""
+    set_recompute!(policy::Symbol)
+
+Whether a backward that fits no chunk frees activations in its forward and recomputes them
+in its backward, for plans made from now on:
+
+  - `:as_needed` (the default): only where no chunk fits without it, as little as makes the
+    run fit, then the largest chunk that fits with it. Gradients equal those of the same
+    chunks without it; dropout replays its masks; batch norm's running statistics are
+    updated once.
+  - `:off`: never: such a backward throws a `KoilaError` (`KOILA_ERROR_OUT_OF_MEMORY`).
+  - `:preferred`: rather than split: where the unsplit run does not fit, the largest chunk
+    that fits recomputing (the whole batch first).
+
+`recomputed_bytes(Plan(...))` says what a plan recomputes. `LibKoila.KOILA_RECOMPUTE_*`
+values are accepted too. One setting for the process.
+"""
+function set_recompute!(policy::Union{Symbol,koila_recompute})
+    @check LibKoila.koila_set_recompute(_recompute(policy))
+    return nothing
+end
+
 """
     set_batch_stats!(policy::Symbol)
 

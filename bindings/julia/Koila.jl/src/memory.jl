@@ -122,6 +122,14 @@ needed_bytes(p::Plan) = Int(LibKoila.koila_plan_needed_bytes(p))
 full_needed_bytes(p::Plan) = Int(LibKoila.koila_plan_full_needed_bytes(p))
 
 """
+    recomputed_bytes(p::Plan) -> Int
+
+Bytes of activations a chunk of the plan frees in its forward and recomputes in its backward
+(see `set_recompute!`); 0 when nothing is recomputed. `describe(p)` names what and its cost.
+"""
+recomputed_bytes(p::Plan) = Int(LibKoila.koila_plan_recomputed_bytes(p))
+
+"""
     describe(p::Plan) -> String
 
 A human-readable account: batch, chunk, chunks, estimated peak, budget, and why (for

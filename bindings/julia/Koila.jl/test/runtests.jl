@@ -799,6 +799,46 @@ end
     end
 end
 
+@testset "recomputation: a sample that does not fit trains recomputing" begin
+    # One long sequence [1, 512, 64] through 12 x (linear, gelu), then the mean of squares.
+    function deep_mlp()
+        manual_seed!(11)
+        h = lazy(Koila.randn(1, 512, 64), 1)
+        params = Tensor[]
+        for _ in 1:12
+            w = requires_grad!(Koila.randn(64, 64) * 0.125)
+            b = requires_grad!(Koila.randn(64) * 0.1)
+            push!(params, w, b)
+            h = gelu(linear(h, w, b))
+        end
+        return Koila.mean(mul(h, h)), params
+    end
+    try
+        for policy in (:off, :as_needed, :preferred, LibKoila.KOILA_RECOMPUTE_OFF)
+            @test set_recompute!(policy) === nothing
+        end
+        koila_error(() -> set_recompute!(:sometimes), KOILA_ERROR_INVALID_ARGUMENT; contains = ":as_needed")
+        set_recompute!(:off)
+        loss, params = deep_mlp()
+        backward!(loss)
+        plain = [Array(grad(p)) for p in params]
+        loss, params = deep_mlp()
+        current = memory_stats("cpu").current
+        budget = current + (peak_bytes(Plan(loss, :training)) - current) ÷ 2
+        set_memory_budget!("cpu", budget)
+        koila_error(() -> Plan(loss, :training), KOILA_ERROR_OUT_OF_MEMORY; contains = "KOILA_RECOMPUTE_OFF")
+        set_recompute!(:as_needed)
+        @test recomputed_bytes(Plan(loss, :training)) > 0
+        memory_reset_peak!("cpu")
+        backward!(loss)
+        @test memory_stats("cpu").peak <= budget
+        @test [Array(grad(p)) for p in params] == plain
+    finally
+        set_recompute!(:as_needed)
+        set_memory_budget!("cpu", 0)
+    end
+end
+
 @testset "batch norm in training splits only with statistics per chunk" begin
     net = lazy_batchnorm_loss(11, 64)
     loss = net.loss

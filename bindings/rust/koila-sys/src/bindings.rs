@@ -516,6 +516,12 @@ extern "C" {
 pub const KOILA_RECOMPUTE_OFF: koila_recompute = 0;
 #[doc = " default: only where no chunk fits without it"]
 pub const KOILA_RECOMPUTE_AS_NEEDED: koila_recompute = 1;
+#[doc = " Recompute rather than split: where the unsplit run does not fit, the largest chunk that fits"]
+#[doc = "recomputing (the whole batch first), as AS_NEEDED chooses when no chunk fits; chunks without"]
+#[doc = "recomputation only where none fits recomputing. For whole-batch results (batch statistics,"]
+#[doc = "one pass) and for devices where one large chunk recomputing runs faster than small ones;"]
+#[doc = "`koila fit` asks with it for the largest batch that runs unsplit recomputing."]
+pub const KOILA_RECOMPUTE_PREFERRED: koila_recompute = 2;
 #[doc = " Recomputation: training when not even one sample fits."]
 #[doc = "Process-wide, like koila_set_chunking. Under AS_NEEDED, a plan of a backward that finds no"]
 #[doc = "chunk that fits the budget (not even one sample; or, for a graph that mixes samples, such as"]

@@ -49,6 +49,36 @@ impl Chunking {
     }
 }
 
+/// Whether a backward that fits no chunk frees activations in its forward and recomputes them
+/// in its backward (`koila_set_recompute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Recompute {
+    /// Never: a backward that fits no chunk is refused, as before recomputation existed.
+    Off,
+    /// The default: only where no chunk fits without it, as little as makes the run fit, then
+    /// the largest chunk that fits with it.
+    #[default]
+    AsNeeded,
+    /// Rather than split: where the unsplit run does not fit, the largest chunk that fits
+    /// recomputing (the whole batch first).
+    Preferred,
+}
+
+impl Recompute {
+    fn raw(self) -> sys::koila_recompute {
+        match self {
+            Recompute::Off => sys::KOILA_RECOMPUTE_OFF,
+            Recompute::AsNeeded => sys::KOILA_RECOMPUTE_AS_NEEDED,
+            Recompute::Preferred => sys::KOILA_RECOMPUTE_PREFERRED,
+        }
+    }
+}
+
+/// Sets whether plans made from now on may recompute activations (process-wide).
+pub fn set_recompute(policy: Recompute) -> Result<()> {
+    check(unsafe { sys::koila_set_recompute(policy.raw()) })
+}
+
 /// Sets how batch norm in training is chunked, for plans made from now on.
 pub fn set_batch_stats(policy: BatchStats) -> Result<()> {
     check(unsafe { sys::koila_set_batch_stats(policy.raw()) })

@@ -49,7 +49,7 @@ mod group;
 mod text;
 mod timeline;
 
-pub use chunking::{set_batch_stats, set_chunking, BatchStats, Chunking};
+pub use chunking::{set_batch_stats, set_chunking, set_recompute, BatchStats, Chunking, Recompute};
 pub use dtype::{DType, Element};
 pub use error::{Code, Error, Result};
 pub use group::Group;

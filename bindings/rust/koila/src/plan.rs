@@ -107,6 +107,12 @@ impl Plan {
         unsafe { sys::koila_plan_full_needed_bytes(self.ptr()) }
     }
 
+    /// Bytes of activations a chunk frees in its forward and recomputes in its backward; 0
+    /// when nothing is recomputed. `describe` names what and its cost.
+    pub fn recomputed_bytes(&self) -> u64 {
+        unsafe { sys::koila_plan_recomputed_bytes(self.ptr()) }
+    }
+
     /// A human-readable account: batch, chunk, chunks, peak, budget and why.
     pub fn describe(&self) -> Result<String> {
         read_text(|buf, cap, needed| unsafe { sys::koila_plan_describe(self.ptr(), buf, cap, needed) })

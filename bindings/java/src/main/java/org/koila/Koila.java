@@ -84,6 +84,15 @@ public final class Koila {
   }
 
   /**
+   * Sets whether plans made from now on may free activations in the forward and recompute them
+   * in the backward, where no chunk fits without it. One setting for the process; thread-safe.
+   */
+  public static void setRecompute(Recompute policy) {
+    if (policy == null) throw KoilaException.invalid("argument 'policy' is null");
+    KoilaException.check(KoilaNative.koila_set_recompute(policy.value()));
+  }
+
+  /**
    * Reports each chunk of planned runs to {@code listener}, or turns reports off ({@code
    * null}). One listener for the process; thread-safe. After each chunk of an evaluation
    * (a read of a lazy tensor) it is called with {@code "forward"}, after each chunk of a

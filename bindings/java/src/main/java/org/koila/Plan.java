@@ -87,6 +87,18 @@ public final class Plan extends NativeHandle {
   }
 
   /**
+   * Bytes of activations a chunk frees in its forward and recomputes in its backward; 0 when
+   * nothing is recomputed. {@link #describe} names what and its cost.
+   */
+  public long recomputedBytes() {
+    try {
+      return KoilaNative.koila_plan_recomputed_bytes(address());
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /**
    * The budget the planned run needs, in bytes: those in use plus the estimate with koila's
    * margin (a tenth of the estimate) on top. A run fits when this is at most the budget.
    */
