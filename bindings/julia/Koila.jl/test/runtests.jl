@@ -811,7 +811,7 @@ end
             push!(params, w, b)
             h = gelu(linear(h, w, b))
         end
-        return Koila.mean(mul(h, h)), params
+        return Koila.mean(h .* h), params
     end
     try
         for policy in (:off, :as_needed, :preferred, LibKoila.KOILA_RECOMPUTE_OFF)
