@@ -334,7 +334,9 @@ KOILA_API koila_status *koila_plan_timeline(koila_timeline **out, const koila_pl
 KOILA_API koila_status *koila_timeline_length(const koila_timeline *t, size_t *out);
 /* Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name
    ("aten::conv2d" in the forward, the autograd function such as "ConvolutionBackward0" in
-   the backward; text conventions as koila_tensor_to_string), ... */
+   the backward; an op of a recomputed segment run again in the backward (koila_set_recompute)
+   is named with " (recomputed)" after it, "aten::linear (recomputed)", in the backward phase,
+   after the segment's "RecomputeBackward"; text conventions as koila_tensor_to_string), ... */
 KOILA_API koila_status *koila_timeline_op(const koila_timeline *t, size_t i, char *buf,
                                           size_t capacity, size_t *needed);
 typedef enum koila_phase { KOILA_PHASE_FORWARD = 0, KOILA_PHASE_BACKWARD = 1 } koila_phase;

@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,33 @@ TEST(RecomputePlan, ASampleThatDoesNotFitTrainsRecomputingWithinTheBudget) {
   const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_NE(info.text.find("Recomputed:"), std::string::npos) << info.text;
   EXPECT_NE(info.text.find("more forward work"), std::string::npos) << info.text;
+  // The timeline shows the segments run again inside the backward, and peaks where the plan does.
+  {
+    koila_plan* p = nullptr;
+    ASSERT_OK(koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING));
+    koila_timeline* t = nullptr;
+    ASSERT_OK(koila_plan_timeline(&t, p, 0));
+    size_t n = 0, recomputed_in_backward = 0, recomputed_in_forward = 0;
+    uint64_t most = 0;
+    ASSERT_OK(koila_timeline_length(t, &n));
+    for (size_t i = 0; i < n; ++i) {
+      char name[128];
+      size_t needed = 0;
+      ASSERT_OK(koila_timeline_op(t, i, name, sizeof name, &needed));
+      koila_phase phase = KOILA_PHASE_FORWARD;
+      ASSERT_OK(koila_timeline_phase(t, i, &phase));
+      uint64_t peak = 0;
+      ASSERT_OK(koila_timeline_peak_bytes(t, i, &peak));
+      most = std::max(most, peak);
+      if (std::string(name).find(" (recomputed)") != std::string::npos)
+        ++(phase == KOILA_PHASE_BACKWARD ? recomputed_in_backward : recomputed_in_forward);
+    }
+    EXPECT_GT(recomputed_in_backward, 0u);
+    EXPECT_EQ(recomputed_in_forward, 0u);
+    EXPECT_LE(most, koila_plan_peak_bytes(p));
+    koila_timeline_free(t);
+    koila_plan_free(p);
+  }
   koila_status_free(koila_memory_reset_peak("cpu"));
   ASSERT_OK(koila_backward(loss.get()));
   EXPECT_LE(peak_cpu(), budget);

@@ -8,6 +8,7 @@
 
 #include "base/libtorch_compat.h"
 #include "base/pointer_index.h"
+#include "run/recompute.h"
 
 namespace koila {
 
@@ -35,14 +36,21 @@ thread_local OpRecording::State* recording_here = nullptr;
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction&) {
   OpRecording::State* s = recording_here;
-  if (s && s->listener->listening()) ++s->depth;
+  if (!s || !s->listener->listening()) return nullptr;
+  if (s->inner < 0 && in_recompute_backward()) s->inner = s->depth;
+  ++s->depth;
   return nullptr;
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   OpRecording::State* s = recording_here;
-  if (!s || !s->listener->listening() || --s->depth > 0) return;
-  s->depth = 0;
+  if (!s || !s->listener->listening()) return;
+  // Top-level ops, and inside a recomputed segment's backward (one top-level function) the ops
+  // it runs: the segment's forward again, then its backward.
+  --s->depth;
+  if (s->depth < s->inner) s->inner = -1;  // the segment's backward ended
+  if (s->depth > 0 && s->depth != s->inner) return;
+  if (s->depth < 0) s->depth = 0;
   // Read in place: the calibration follows every op of several runs in a first plan.
   std::string_view name(fn.name()), suffix;
   bool backward = false;

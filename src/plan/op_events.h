@@ -67,7 +67,8 @@ class OpRecording {
 
   struct State {
     OpListener* listener = nullptr;
-    int depth = 0;  // ops open on this thread (only the outermost is told)
+    int depth = 0;   // ops open on this thread (only the outermost is told)
+    int inner = -1;  // inside a recomputed segment's backward: the depth of the ops it runs (told too)
   };
 
  private:

@@ -44,6 +44,7 @@ struct Recorder : RunObserver, OpListener {
   void op_ended(std::string_view name, std::string_view suffix, bool backward) override {
     std::string op(name);
     op += suffix;
+    if (recomputing() && !backward) op += " (recomputed)";
     push(std::move(op), backward ? Phase::Backward : current_phase, scope->take_window());
   }
 
@@ -100,7 +101,7 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
   t.chunk = split ? plan.chunk : a.batch;
   t.chunks = split ? plan.chunks : 1;
   t.base = plan.in_use_bytes + plan.reserved_by_others_bytes;
-  t.estimate = split ? plan.peak() : plan.full_peak();
+  t.estimate = !unsplit ? plan.peak() : plan.full_peak();
   t.budget = plan.budget_bytes;
   Recorder r;
   r.timeline = &t;
@@ -120,7 +121,8 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
   };
   try {
     OpRecording recording(r);
-    simulate_watched(plan.root, a, plan.mode, split ? plan.chunk : -1, watch);
+    // The planned run's recomputation (none for the unsplit run's timeline, which is without it).
+    simulate_watched(plan.root, a, plan.mode, split ? plan.chunk : -1, watch, unsplit ? nullptr : plan.recompute.get());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -23,6 +23,9 @@ namespace koila {
 
 namespace {
 
+thread_local bool running_again = false;
+thread_local int backward_depth = 0;  // RecomputeBackward functions running on this thread
+
 // The segment's backward: runs it again from the inputs it kept, with autograd, drawing the
 // random numbers its forward drew, and differentiates it.
 struct RecomputeBackward : torch::autograd::Node {
@@ -44,6 +47,10 @@ struct RecomputeBackward : torch::autograd::Node {
     random_states.clear();
   }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    struct Inside {
+      Inside() { ++backward_depth; }
+      ~Inside() { --backward_depth; }
+    } inside;
     torch::autograd::variable_list result(inputs.size());
     Tensors xs(inputs.size());
     std::unordered_map<const koila::Node*, at::Tensor> given;
@@ -55,6 +62,11 @@ struct RecomputeBackward : torch::autograd::Node {
     Tensors outs;
     {
       const UnobservedStats unobserved;  // the first run's batch statistics were recorded
+      struct Again {
+        bool previous = running_again;
+        Again() { running_again = true; }
+        ~Again() { running_again = previous; }
+      } again_mark;
       std::unique_ptr<RandomScope> random;
       if (!random_states.empty()) {
         random = std::make_unique<RandomScope>(device);  // the backward's own draws come back after
@@ -184,6 +196,9 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   }
   return outs;
 }
+
+bool recomputing() { return running_again; }
+bool in_recompute_backward() { return backward_depth > 0; }
 
 std::vector<size_t> last_reads(const Schedule& schedule) {
   const size_t n = schedule.order.size();

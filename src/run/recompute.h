@@ -76,6 +76,12 @@ struct RecomputePlan {
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk);
 
+// Whether this thread is running a segment's backward (RecomputeBackward), and within it, the
+// segment's forward again: the memory timeline shows the ops inside (plan/op_events.h), and marks
+// those of the forward run again as recomputed.
+bool in_recompute_backward();
+bool recomputing();
+
 // For each position of `schedule`, the last position that reads its value (a root: the order's
 // size; a value nobody reads: 0).
 std::vector<size_t> last_reads(const Schedule& schedule);
