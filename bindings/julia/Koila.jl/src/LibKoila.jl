@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: cdf37692e26c8a779587a9b7eaaaeeb6620e780702b287b0146980e551e0d541
+# Header sha256: 18ab42c5934d883db3095c243c5f3f070bcc2ca8dbda90d8b2b26ef5dc17a2ee
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -1039,7 +1039,7 @@ end
 
 C: `koila_status *koila_timeline_op(const koila_timeline *t, size_t i, char *buf, size_t capacity, size_t *needed);`
 
-Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name ("aten::conv2d" in the forward, the autograd function such as "ConvolutionBackward0" in the backward; text conventions as koila_tensor_to_string), ...
+Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name ("aten::conv2d" in the forward, the autograd function such as "ConvolutionBackward0" in the backward; an op of a recomputed segment run again in the backward (koila_set_recompute) is named with " (recomputed)" after it, "aten::linear (recomputed)", in the backward phase, after the segment's "RecomputeBackward"; text conventions as koila_tensor_to_string), ...
 """
 function koila_timeline_op(t, i, buf, capacity, needed)
     fptr = _fptr_koila_timeline_op[]

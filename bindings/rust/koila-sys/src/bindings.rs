@@ -367,7 +367,9 @@ extern "C" {
 extern "C" {
     #[doc = " Event i (0 <= i < length; KOILA_ERROR_INVALID_ARGUMENT otherwise): the operator's name"]
     #[doc = "(\"aten::conv2d\" in the forward, the autograd function such as \"ConvolutionBackward0\" in"]
-    #[doc = "the backward; text conventions as koila_tensor_to_string), ..."]
+    #[doc = "the backward; an op of a recomputed segment run again in the backward (koila_set_recompute)"]
+    #[doc = "is named with \" (recomputed)\" after it, \"aten::linear (recomputed)\", in the backward phase,"]
+    #[doc = "after the segment's \"RecomputeBackward\"; text conventions as koila_tensor_to_string), ..."]
     pub fn koila_timeline_op(
         t: *const koila_timeline,
         i: usize,
