@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -361,6 +362,63 @@ TEST(RecomputePlan, BatchNormRunsUnsplitUnderABudgetItDidNotFitWithTheWholeBatch
   expect_bitwise(net.grads(), plain, "recomputing against the same unsplit run without");
   // Updated once, by the first run: as eager LibTorch's one forward updates them.
   expect_close(net.stats(), eager_stats, "running statistics against eager LibTorch's after one step");
+}
+
+// An exported program (torch.export's .pt2: conv, batch norm in training, relu, linear) called
+// six times in a graph of koila's ops: each call is one op of the graph, so a segment recomputes
+// calls whole. Batch norm in training couples the batch: the graph runs unsplit or not at all.
+// Under a budget the unsplit run does not fit, it runs recomputing; the gradients and the
+// running statistics equal those of the run without recomputation bit for bit (each call updates
+// them once, as it does there).
+TEST(RecomputePlan, CallsOfAnExportedProgramAreRecomputedWhole) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_OFF);
+  koila_module* raw = nullptr;
+  ASSERT_OK(
+      koila_module_load(&raw, (std::string(KOILA_EXPORTED_FIXTURES) + "/2.14.1/convbn_train.pt2").c_str(), "cpu"));
+  std::unique_ptr<koila_module, void (*)(koila_module*)> m(raw, koila_module_free);
+  size_t np = 0, nb = 0;
+  ASSERT_OK(koila_module_num_parameters(m.get(), &np));
+  ASSERT_OK(koila_module_num_buffers(m.get(), &nb));
+  std::vector<at::Tensor> params, buffers;
+  for (size_t i = 0; i < np; ++i) params.push_back(CALL(koila_module_parameter, m.get(), i)->node->value);
+  for (size_t i = 0; i < nb; ++i) buffers.push_back(CALL(koila_module_buffer, m.get(), i)->node->value);
+  std::vector<at::Tensor> initial;
+  for (const at::Tensor& b : buffers) initial.push_back(b.clone());
+  at::manual_seed(4);
+  const Handle x = koila_models::lazy(at::randn({64, 3, 6, 6}), 0);
+  std::vector<Handle> keep;
+  Handle loss;
+  for (int k = 1; k <= 6; ++k) {
+    keep.push_back(CALL(koila_mul_scalar, x.get(), 0.5 * k));
+    koila_tensor* arg = keep.back().get();
+    keep.push_back(CALL(koila_module_forward, m.get(), &arg, 1));
+    keep.push_back(CALL(koila_mul, keep.back().get(), keep.back().get()));
+    keep.push_back(CALL(koila_mean, keep.back().get(), nullptr, 0, 0));
+    loss = loss ? CALL(koila_add, loss.get(), keep.back().get()) : CALL(koila_mul_scalar, keep.back().get(), 1.0);
+  }
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> plain = grads_of(params);
+  std::vector<at::Tensor> plain_stats;
+  for (const at::Tensor& b : buffers) plain_stats.push_back(b.clone());
+  zero_grads(params);
+  for (size_t i = 0; i < buffers.size(); ++i) at::Tensor(buffers[i]).copy_(initial[i]);
+
+  const uint64_t unsplit = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
+  const uint64_t budget = current_cpu() + unsplit * 7 / 10;
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  EXPECT_EQ(code_of(koila_backward(loss.get())), KOILA_ERROR_NOT_SPLITTABLE);
+  RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_EQ(info.chunks, 1) << info.text;
+  EXPECT_NE(info.text.find("Recomputed:"), std::string::npos) << info.text;
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), budget);
+  expect_bitwise(grads_of(params), plain, "recomputed calls against the run without");
+  std::vector<at::Tensor> stats;
+  for (const at::Tensor& b : buffers) stats.push_back(b.clone());
+  expect_bitwise(stats, plain_stats, "running statistics and counters after the recomputing run");
 }
 
 }  // namespace
