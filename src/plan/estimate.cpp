@@ -687,6 +687,13 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
         if (const std::optional<double> at_op = op_extra(c, op.key, /*live=*/false, samples))
           added = std::max(added, static_cast<uint64_t>(std::ceil(*at_op)));
   }
+  // What a real run of the same chunk without recomputation took beyond its simulation (where
+  // no probe could calibrate: a batch of one sample has no smaller chunk to probe): the kernels'
+  // workspaces it showed are the recomputing run's too (a U-Net's convolutions on the CPU, 4 MiB
+  // beyond the simulation of 17).
+  const auto seen_plain = r.observed.find(samples);
+  if (seen_plain != r.observed.end() && seen_plain->second > sim->peak)
+    added = std::max(added, seen_plain->second - sim->peak);
   uint64_t bytes = run.peak + added;
   if (per_chunk_stats(a_, batch_stats_, chunk)) bytes += per_chunk_stats_bytes(a_, (a_.batch + chunk - 1) / chunk);
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));

@@ -144,7 +144,7 @@ struct Recomputing {
 // what the simulation says is missing, scaled by how far the model was off, a few times.
 // nullopt where the graph cannot be simulated.
 std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk,
-                                         bool most) {
+                                         bool most, const Recomputing* most_known = nullptr) {
   const Schedule& base = a.splits(chunk) ? a.at_boundaries() : a.whole;
   const int64_t normalized = a.splits(chunk) ? chunk : -1;
   const uint64_t plain = estimator.extra(normalized);
@@ -176,7 +176,15 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     if (r && r->fits) return r;
   }
   uint64_t allocator = estimator.allocator_overhead(normalized);
-  double scale = 1;  // what the model frees for each byte the simulation shows freed
+  // What the model frees for each byte the simulation shows freed: from the most recomputation,
+  // simulated before (the model knows what autograd saves, not what the backward's gradients
+  // in flight take: it saw 40 of a transformer's 54 MiB saved).
+  double scale = 1;
+  if (most_known && most_known->plan) {
+    const double modelled = static_cast<double>(modelled_saving(base, normalized, saved, most_known->plan->ranges));
+    const double saved_most = plain > most_known->extra ? static_cast<double>(plain - most_known->extra) : 0;
+    if (modelled > 0 && saved_most > 0) scale = std::clamp(modelled / saved_most, 0.2, 5.0);
+  }
   std::optional<Recomputing> last;
   for (int attempt = 0; attempt < 6; ++attempt) {
     const uint64_t target = extra_that_fits(p, allocator);
@@ -189,6 +197,20 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     if (!r) return last;
     last = r;
     if (r->fits) {
+      // The model errs (what autograd saves is not all the backward holds): a smaller request,
+      // by bisection, may fit too, for less work.
+      uint64_t lo = 0, hi = to_free;
+      for (int narrower = 0; narrower < 3 && hi - lo > hi / 16; ++narrower) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        bool mid_most = false;
+        std::optional<Recomputing> cheaper = simulate(choose_ranges(base, normalized, saved, mid, &mid_most));
+        if (cheaper && cheaper->fits && cheaper->plan->recomputed_cost < r->plan->recomputed_cost) {
+          r = std::move(cheaper);
+          hi = mid;
+        } else {
+          lo = mid;
+        }
+      }
       std::lock_guard<std::mutex> lock(record.mutex);
       record.recompute_choices[memo_key] = r->plan->ranges;
       return r;
@@ -196,7 +218,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     if (is_most) return r;
     allocator = r->allocator;
     const double saved = plain > r->extra ? static_cast<double>(plain - r->extra) : 0;
-    scale = saved > 0 ? std::clamp(static_cast<double>(modelled) / saved, scale, scale * 8) : scale * 2;
+    scale = saved > 0 ? std::clamp(static_cast<double>(modelled) / saved, scale * 1.05, scale * 8) : scale * 2;
   }
   return last;
 }
@@ -218,7 +240,7 @@ void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
     // it needed): nor will it in smaller chunks.
     if (!most->fits && most->extra >= estimator.extra(a.splits(chunk) ? chunk : -1)) return;
     if (!most->fits) continue;
-    std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false);
+    std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false, &*most);
     if (!chosen || !chosen->fits) chosen = most;
     p.unrecomputed_extra_bytes = estimator.extra(a.splits(chunk) ? chunk : -1);
     p.chunk = a.splits(chunk) ? chunk : a.batch;
@@ -332,7 +354,14 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
       continue;
     }
     bool widened = false;  // the cap is the budget (run_cap)
+    int replans = 0;       // recomputing plans made again after running out
+    bool plan_again = false;
     for (;;) {
+      if (plan_again) {
+        planning.lock();
+        plan = plan_lazy(root, mode, a, estimator, with_source);  // (a refusal propagates)
+        plan_again = widened = false;
+      }
       RunMemory usage(plan.device);
       Reservation reserved(plan.device, with_margin(plan.extra_bytes), usage);
       if (planning.owns_lock()) planning.unlock();
@@ -375,13 +404,17 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
           estimator.record_run(plan.chunk, needed);
         release_cached_memory(plan.device);
         if (plan.recompute) {
-          // A recomputing run that ran out: the next plan (which finds what it measured) chooses
-          // anew; the same chunk once more under the budget first, where the cap was the plan's.
+          // A recomputing run that ran out (its estimate fell short: a backend's workspace no
+          // probe could show): the same chunk once more under the budget where the cap was the
+          // plan's, then a plan anew, which knows what this run needed and recomputes more (or
+          // refuses), a few times.
           if (cap < plan.budget_bytes && !widened) {
             widened = true;
             continue;
           }
-          throw;
+          if (++replans > 4) throw;
+          plan_again = true;  // (once this run's reservation is gone)
+          continue;
         }
         if (a.batch < 0 || !plan.coupled.empty() || plan.chunk <= 1) {
           // Nothing smaller to try: where the plan's cap was below the budget, the same

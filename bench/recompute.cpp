@@ -1,0 +1,298 @@
+// Recomputation under a budget (issue 51): for each model, one sample (a long sequence, a
+// large image), a training step unconstrained (recomputation off, unsplit), then under budgets of
+// 1/2 and 1/4 of the activation memory (what the unconstrained step took beyond what was in use)
+// and at the least budget that plans, recomputing as koila chooses. Prints per row the budget,
+// what the plan recomputes and its estimated extra forward work, the median step time against
+// the unconstrained step's, and the measured peak (koila's allocator) against the budget.
+//
+//   usage: bench_recompute [repeats]        (default 3; a warm-up step before each)
+//
+// Models, written with koila's ops (parameters are eager tensors; the .grad are taken away
+// before each step, zero_grad(set_to_none=True)):
+//   transformer  6 pre-norm layers, width 128, one attention head, 4x MLP, 1024 positions
+//   resnet       a 3x3 stem and 8 residual blocks (conv, relu, conv, add, relu), 32 channels, 128x128
+//   unet         three levels (16, 32, 64 channels; 2x2 max pooling; nearest upsampling; skip
+//                connections concatenated), 128x128
+//   mlp          24 x (linear 256 -> 256, gelu) over 2048 positions
+// The loss is the mean of the output's squares. bench/recompute_checkpoint.py runs the same
+// models in PyTorch with torch.utils.checkpoint, as the reference.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/handles.h"
+#include "bench_common.h"
+
+namespace {
+
+using bench::mib;
+using koila_models::check;
+using koila_models::Handle;
+
+// A graph under construction: every handle kept, parameters as eager tensors.
+struct Builder {
+  std::vector<Handle> keep;
+  std::vector<at::Tensor> params;
+
+  koila_tensor* hold(koila_tensor* t) {
+    keep.emplace_back(t);
+    return t;
+  }
+  koila_tensor* param(std::vector<int64_t> shape, double scale) {
+    at::Tensor p = (at::randn(shape) * scale).requires_grad_(true);
+    params.push_back(p);
+    keep.push_back(koila_models::share(p));
+    return keep.back().get();
+  }
+  template <class F, class... A>
+  koila_tensor* op(F fn, A... args) {
+    koila_tensor* out = nullptr;
+    check(fn(&out, args...), "an op of the benchmark's model");
+    return hold(out);
+  }
+  koila_tensor* linear(koila_tensor* x, int64_t in, int64_t out) {
+    koila_tensor* w = param({out, in}, 1.0 / std::sqrt(static_cast<double>(in)));
+    koila_tensor* b = param({out}, 0.0);
+    return op(koila_linear, x, w, b);
+  }
+  koila_tensor* conv(koila_tensor* x, int64_t in, int64_t out) {
+    koila_tensor* w = param({out, in, 3, 3}, 1.0 / std::sqrt(9.0 * static_cast<double>(in)));
+    const int64_t stride[2] = {1, 1}, padding[2] = {1, 1}, dilation[2] = {1, 1};
+    return op(koila_conv2d, x, w, static_cast<const koila_tensor*>(nullptr), stride, padding, dilation, int64_t{1});
+  }
+  koila_tensor* layer_norm(koila_tensor* x, int64_t width) {
+    koila_tensor* g = param({width}, 0.0);
+    at::Tensor(params.back()).detach().fill_(1.0);
+    koila_tensor* b = param({width}, 0.0);
+    const int64_t shape[1] = {width};
+    return op(koila_layer_norm, x, shape, size_t{1}, g, b, 1e-5);
+  }
+  // Nearest upsampling by 2 of [N, C, H, W], by stacking and reshaping.
+  koila_tensor* upsample(koila_tensor* x, int64_t n, int64_t c, int64_t h, int64_t w) {
+    koila_tensor* const twice[2] = {x, x};
+    koila_tensor* wide = op(koila_stack, twice, size_t{2}, int64_t{4});  // [N, C, H, W, 2]
+    const int64_t s1[4] = {n, c, h, 2 * w};
+    wide = op(koila_reshape, wide, s1, size_t{4});
+    koila_tensor* const rows[2] = {wide, wide};
+    koila_tensor* tall = op(koila_stack, rows, size_t{2}, int64_t{3});  // [N, C, H, 2, 2W]
+    const int64_t s2[4] = {n, c, 2 * h, 2 * w};
+    return op(koila_reshape, tall, s2, size_t{4});
+  }
+  koila_tensor* loss(koila_tensor* y) {
+    koila_tensor* sq = op(koila_mul, y, y);
+    return op(koila_mean, sq, static_cast<const int64_t*>(nullptr), size_t{0}, 0);
+  }
+};
+
+struct Model {
+  const char* name;
+  std::string shape;
+  std::function<koila_tensor*(Builder&)> build;
+};
+
+koila_tensor* transformer(Builder& b) {
+  const int64_t t = 1024, d = 128;
+  b.keep.push_back(koila_models::lazy(at::randn({1, t, d}), 0));
+  koila_tensor* x = b.keep.back().get();
+  for (int layer = 0; layer < 6; ++layer) {
+    koila_tensor* h = b.layer_norm(x, d);
+    koila_tensor* q = b.linear(h, d, d);
+    koila_tensor* k = b.linear(h, d, d);
+    koila_tensor* v = b.linear(h, d, d);
+    koila_tensor* a = b.op(koila_scaled_dot_product_attention, q, k, v, static_cast<const koila_tensor*>(nullptr), 0);
+    x = b.op(koila_add, x, b.linear(a, d, d));
+    h = b.layer_norm(x, d);
+    h = b.op(koila_gelu, b.linear(h, d, 4 * d));
+    x = b.op(koila_add, x, b.linear(h, 4 * d, d));
+  }
+  return b.loss(x);
+}
+
+koila_tensor* resnet(Builder& b) {
+  const int64_t c = 32, side = 128;
+  b.keep.push_back(koila_models::lazy(at::randn({1, 3, side, side}), 0));
+  koila_tensor* x = b.op(koila_relu, b.conv(b.keep.back().get(), 3, c));
+  for (int block = 0; block < 8; ++block) {
+    koila_tensor* h = b.conv(b.op(koila_relu, b.conv(x, c, c)), c, c);
+    x = b.op(koila_relu, b.op(koila_add, x, h));
+  }
+  return b.loss(x);
+}
+
+koila_tensor* unet(Builder& b) {
+  const int64_t side = 128;
+  b.keep.push_back(koila_models::lazy(at::randn({1, 3, side, side}), 0));
+  koila_tensor* x = b.keep.back().get();
+  const int64_t widths[3] = {16, 32, 64};
+  const int64_t kernel[2] = {2, 2}, stride[2] = {2, 2}, padding[2] = {0, 0};
+  std::vector<koila_tensor*> skips;
+  int64_t in = 3, s = side;
+  for (int level = 0; level < 3; ++level) {
+    const int64_t w = widths[level];
+    x = b.op(koila_relu, b.conv(b.op(koila_relu, b.conv(x, in, w)), w, w));
+    skips.push_back(x);
+    x = b.op(koila_max_pool2d, x, kernel, stride, padding, 0);
+    in = w;
+    s /= 2;
+  }
+  x = b.op(koila_relu, b.conv(x, in, 2 * in));
+  in = 2 * in;
+  for (int level = 2; level >= 0; --level) {
+    const int64_t w = widths[level];
+    x = b.upsample(x, 1, in, s, s);
+    s *= 2;
+    koila_tensor* const both[2] = {x, skips[static_cast<size_t>(level)]};
+    x = b.op(koila_cat, both, size_t{2}, int64_t{1});
+    x = b.op(koila_relu, b.conv(b.op(koila_relu, b.conv(x, in + w, w)), w, w));
+    in = w;
+  }
+  return b.loss(b.conv(x, in, 1));
+}
+
+koila_tensor* mlp(Builder& b) {
+  b.keep.push_back(koila_models::lazy(at::randn({1, 2048, 256}), 0));
+  koila_tensor* x = b.keep.back().get();
+  for (int layer = 0; layer < 24; ++layer) x = b.op(koila_gelu, b.linear(x, 256, 256));
+  return b.loss(x);
+}
+
+void set_recompute(koila_recompute policy) { check(koila_set_recompute(policy), "koila_set_recompute"); }
+void set_budget(uint64_t bytes) { check(koila_set_memory_budget("cpu", bytes), "koila_set_memory_budget"); }
+
+void clear_grads(Builder& b) {
+  for (at::Tensor param : b.params) param.mutable_grad() = at::Tensor();
+}
+
+// Whether a training plan of `loss` is made under `budget` (with the .grad absent, as the steps
+// find them).
+bool plans(Builder& b, const koila_tensor* loss, uint64_t budget) {
+  clear_grads(b);
+  set_budget(budget);
+  koila_plan* p = nullptr;
+  koila_status* s = koila_plan_new(&p, loss, KOILA_MODE_TRAINING);
+  const bool ok = s == nullptr;
+  koila_status_free(s);
+  koila_plan_free(p);
+  set_budget(0);
+  return ok;
+}
+
+struct Step {
+  bool ran = true;  // false: ran out of memory under a plan that said it fits
+  std::string error;
+  uint64_t estimate = 0;  // the plan's peak
+  double seconds = 0;
+  uint64_t peak = 0;  // measured, beyond what was in use
+  int64_t chunks = 0;
+  uint64_t recomputed = 0;
+  std::string work;  // "+75%" (the plan's estimate of extra forward work)
+};
+
+Step step(Builder& b, const koila_tensor* loss, int repeats) {
+  Step r;
+  clear_grads(b);
+  koila_plan* p = nullptr;
+  check(koila_plan_new(&p, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+  r.chunks = koila_plan_num_chunks(p);
+  r.estimate = koila_plan_peak_bytes(p);
+  r.recomputed = koila_plan_recomputed_bytes(p);
+  const std::string text = bench::describe(loss, KOILA_MODE_TRAINING);
+  const size_t at = text.find("% more forward work");
+  if (at != std::string::npos) {
+    const size_t from = text.rfind("about ", at);
+    r.work = "+" + text.substr(from + 6, at - from - 6) + "%";
+  }
+  koila_plan_free(p);
+  std::vector<double> times;
+  uint64_t most = 0;
+  for (int i = 0; i <= repeats; ++i) {  // (the first: a warm-up)
+    clear_grads(b);
+    const bench::Memory before = bench::memory("cpu");
+    check(koila_memory_reset_peak("cpu"), "koila_memory_reset_peak");
+    const double start = bench::now_seconds();
+    koila_status* s = koila_backward(loss);
+    if (s) {
+      r.ran = false;
+      r.error = koila_status_message(s);
+      koila_status_free(s);
+      return r;
+    }
+    if (i > 0) times.push_back(bench::now_seconds() - start);
+    most = std::max(most, bench::memory("cpu").peak - before.current);
+  }
+  r.seconds = bench::median(times);
+  r.peak = most;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  at::manual_seed(0);
+  const std::vector<Model> models = {
+      {"transformer", "1 x 1024 x 128, 6 layers", transformer},
+      {"resnet", "1 x 3 x 128 x 128, 8 blocks", resnet},
+      {"unet", "1 x 3 x 128 x 128, 3 levels", unet},
+      {"mlp", "1 x 2048 x 256, 24 layers", mlp},
+  };
+  std::printf("koila recomputation: one sample per step, CPU, median of %d steps (after a warm-up)\n\n", repeats);
+  std::printf(
+      "| model | budget | budget MiB | chunks | recomputed MiB | extra forward work (est.) | step ms | x unconstrained "
+      "| estimated peak MiB | measured peak MiB | within budget |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+  for (const Model& m : models) {
+    Builder b;
+    koila_tensor* loss = m.build(b);
+    set_recompute(KOILA_RECOMPUTE_OFF);
+    set_budget(0);
+    const uint64_t in_use = bench::memory("cpu").current;
+    const Step free = step(b, loss, repeats);
+    const uint64_t activations = free.peak;  // what the unconstrained step took beyond what was in use
+    std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | - |\n", m.name,
+                m.shape.c_str(), 1e3 * free.seconds, mib(free.estimate), mib(in_use + free.peak));
+    set_recompute(KOILA_RECOMPUTE_AS_NEEDED);
+    // The least budget that plans, to 1% of the activation memory.
+    uint64_t lo = in_use, hi = in_use + activations * 2;
+    while (hi - lo > activations / 100 + 1) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      (plans(b, loss, mid) ? hi : lo) = mid;
+    }
+    const struct {
+      const char* label;
+      uint64_t budget;
+    } budgets[] = {{"1/2 of activations", in_use + activations / 2},
+                   {"1/4 of activations", in_use + activations / 4},
+                   {"least that plans", hi}};
+    for (const auto& row : budgets) {
+      if (!plans(b, loss, row.budget)) {
+        std::printf("| %s | %s | %.1f | refused | | | | | | | |\n", m.name, row.label, mib(row.budget));
+        continue;
+      }
+      set_budget(row.budget);
+      const Step s = step(b, loss, repeats);
+      set_budget(0);
+      if (!s.ran) {
+        const bool ran_out = s.error.find("out of memory within") != std::string::npos;
+        std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | %.1f | | %s |\n", m.name, row.label, mib(row.budget),
+                    static_cast<long long>(s.chunks), mib(s.recomputed), s.work.c_str(),
+                    ran_out ? "OUT OF MEMORY" : "refused when run", mib(s.estimate), s.error.substr(0, 300).c_str());
+        continue;
+      }
+      std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %s |\n", m.name, row.label,
+                  static_cast<double>(row.budget - in_use) / static_cast<double>(activations), mib(row.budget),
+                  static_cast<long long>(s.chunks), mib(s.recomputed), s.work.empty() ? "0%" : s.work.c_str(),
+                  1e3 * s.seconds, s.seconds / free.seconds, mib(s.estimate), mib(in_use + s.peak),
+                  in_use + s.peak <= row.budget ? "yes" : "NO");
+    }
+    std::fflush(stdout);
+  }
+  set_recompute(KOILA_RECOMPUTE_AS_NEEDED);
+  return 0;
+}
