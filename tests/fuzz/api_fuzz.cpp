@@ -902,10 +902,15 @@ std::vector<Entry> make_table() {
           std::to_string(peak) + " / " + std::to_string(full) + " under a budget of " + std::to_string(budget));
     if (p && chunks > 1 && full_need <= budget && !plan_says(p, "KOILA_CHUNK_FASTEST"))
       die("a plan was split although its unsplit need is within the budget");
+    // What a plan recomputes, it names; a plan that fits unsplit without it recomputes nothing.
+    const uint64_t recomputed = koila_plan_recomputed_bytes(p);
+    if (p && recomputed > 0 && !plan_says(p, "Recomputed:"))
+      die("a plan recomputes " + std::to_string(recomputed) + " bytes without saying what");
+    if (p && recomputed > 0 && full_need <= budget) die("a plan recomputes although the unsplit run fits without");
   });
-  for (const char* getter :
-       {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes", "koila_plan_full_peak_bytes",
-        "koila_plan_budget_bytes", "koila_plan_needed_bytes", "koila_plan_full_needed_bytes"})
+  for (const char* getter : {"koila_plan_chunk_size", "koila_plan_num_chunks", "koila_plan_peak_bytes",
+                             "koila_plan_full_peak_bytes", "koila_plan_budget_bytes", "koila_plan_needed_bytes",
+                             "koila_plan_full_needed_bytes", "koila_plan_recomputed_bytes"})
     add(getter, 0, [](State&) {});  // exercised together by koila_plan_batch_size's action
   add("koila_set_progress", 1, [](State& st) {
     // Set (counting calls, checking what each reports) or cleared; the counter is static,
@@ -940,6 +945,7 @@ std::vector<Entry> make_table() {
   };
   add("koila_set_batch_stats", 1, chunking_option("koila_set_batch_stats", fuzz_set_batch_stats, 2));
   add("koila_set_chunking", 1, chunking_option("koila_set_chunking", fuzz_set_chunking, 2));
+  add("koila_set_recompute", 1, chunking_option("koila_set_recompute", fuzz_set_recompute, 3));
   add("koila_plan_describe", 1, [](State& st) {
     koila_plan* p = pick_plan(st);
     note("koila_plan_describe");
@@ -1434,6 +1440,7 @@ void free_all(State& st) {
   koila_status_free(koila_set_progress(nullptr, nullptr));
   koila_status_free(koila_set_batch_stats(KOILA_BATCH_STATS_EXACT));
   koila_status_free(koila_set_chunking(KOILA_CHUNK_LARGEST));
+  koila_status_free(koila_set_recompute(KOILA_RECOMPUTE_AS_NEEDED));
 }
 
 // Runs `calls` steps (or until a buffer runs out).

@@ -25,6 +25,7 @@ koila_status *fuzz_timeline_part(const koila_timeline *t, int part, uint64_t *ou
 }
 koila_status *fuzz_set_batch_stats(int policy) { return koila_set_batch_stats((koila_batch_stats)policy); }
 koila_status *fuzz_set_chunking(int policy) { return koila_set_chunking((koila_chunking)policy); }
+koila_status *fuzz_set_recompute(int policy) { return koila_set_recompute((koila_recompute)policy); }
 koila_status *fuzz_cross_entropy(koila_tensor **out, const koila_tensor *a, const koila_tensor *b, int r) {
   return koila_cross_entropy(out, a, b, (koila_reduction)r);
 }

@@ -17,6 +17,7 @@ koila_status* fuzz_plan_new(koila_plan** out, const koila_tensor* t, int mode);
 koila_status* fuzz_timeline_part(const koila_timeline* t, int part, uint64_t* out);
 koila_status* fuzz_set_batch_stats(int policy);
 koila_status* fuzz_set_chunking(int policy);
+koila_status* fuzz_set_recompute(int policy);
 koila_status* fuzz_cross_entropy(koila_tensor** out, const koila_tensor* a, const koila_tensor* b, int r);
 koila_status* fuzz_nll_loss(koila_tensor** out, const koila_tensor* a, const koila_tensor* b, int r);
 koila_status* fuzz_mse_loss(koila_tensor** out, const koila_tensor* a, const koila_tensor* b, int r);
