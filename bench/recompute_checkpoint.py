@@ -3,7 +3,8 @@
 reference its table is read against): one sample, a training step unconstrained and with
 checkpoints, CPU, median of N steps after a warm-up.
 
-usage: recompute_checkpoint.py [repeats]     (python3 with torch; Debian's python3-torch)
+usage: recompute_checkpoint.py [repeats]     (a python3 with torch: Debian's python3-torch, or
+                                              the torch 2.14.1 venv of scripts/setup_torch2.sh)
 
 Checkpoints are PyTorch's usual ones: every transformer layer, every residual block, every
 U-Net level (encoder and decoder), and checkpoint_sequential over the MLP in sqrt(24) ~ 5
@@ -50,6 +51,12 @@ def ckpt(fn, *args):
         return checkpoint(fn, *args)
 
 
+def attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ v  # (PyTorch 1.x)
+
+
 class Layer(nn.Module):
     def __init__(self, d):
         super().__init__()
@@ -59,7 +66,7 @@ class Layer(nn.Module):
 
     def forward(self, x):
         h = self.n1(x)
-        x = x + self.o(F.scaled_dot_product_attention(self.q(h), self.k(h), self.v(h)))
+        x = x + self.o(attention(self.q(h), self.k(h), self.v(h)))
         return x + self.down(F.gelu(self.up(self.n2(x))))
 
 
@@ -144,7 +151,10 @@ class Mlp(nn.Module):
 
     def forward(self, x, checkpointed):
         if checkpointed:
-            return checkpoint_sequential(self.seq, int(round(math.sqrt(24))), x)
+            try:
+                return checkpoint_sequential(self.seq, int(round(math.sqrt(24))), x, use_reentrant=False)
+            except TypeError:  # (older PyTorch without use_reentrant)
+                return checkpoint_sequential(self.seq, int(round(math.sqrt(24))), x)
         return self.seq(x)
 
 

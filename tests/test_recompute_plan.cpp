@@ -13,6 +13,8 @@
 
 #include "helpers.h"
 #include "plan/chunking_options.h"
+#include "plan/fastest.h"
+#include "plan/memo.h"
 
 namespace koila_test {
 namespace {
@@ -419,6 +421,53 @@ TEST(RecomputePlan, CallsOfAnExportedProgramAreRecomputedWhole) {
   std::vector<at::Tensor> stats;
   for (const at::Tensor& b : buffers) stats.push_back(b.clone());
   expect_bitwise(stats, plain_stats, "running statistics and counters after the recomputing run");
+}
+
+// KOILA_CHUNK_FASTEST: a chunk twice the largest that fits without recomputation, recomputing,
+// is a candidate too, timed like the others (its times its own), and chosen when it is fastest;
+// its gradients are those of the unsplit run (to float rounding: chunks add in another order).
+TEST(RecomputePlan, ALargerChunkRecomputingIsAFastestCandidate) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_AS_NEEDED);
+  koila::testing::forget_graph_records();
+  struct Restore {
+    ~Restore() {
+      koila_status_free(koila_set_chunking(KOILA_CHUNK_LARGEST));
+      koila::testing::set_run_seconds(nullptr);
+      koila::testing::forget_graph_records();
+    }
+  } restore_chunking;
+  const DeepMlp mlp(8, 64);
+  at::manual_seed(9);
+  const at::Tensor input = at::randn({4, 256, 64});
+  std::vector<Handle> keep;
+  const Handle loss = mlp.loss(input, keep);
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> unsplit = mlp.grads();
+  mlp.zero();
+  // A budget halfway between what chunks of 1 and of 2 need: 1 without recomputation, 2 with.
+  const uint64_t e1 = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  const uint64_t e2 = koila::estimate_extra(loss->node, koila::RunMode::Training, 2);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>((e1 + e2) / 2 * 1.1)));
+  ASSERT_OK(koila_set_chunking(KOILA_CHUNK_FASTEST));
+  std::vector<int64_t> timed;
+  koila::testing::set_run_seconds([&timed](int64_t chunk) {
+    timed.push_back(chunk);
+    return chunk == 2 ? 0.3 : 0.6;
+  });
+  const PlanInfo first = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  ASSERT_NE(first.text.find("recompute: the candidate larger than the largest chunk that fits without"),
+            std::string::npos)
+      << first.text;
+  for (int step = 0; step < 5; ++step) {
+    mlp.zero();
+    ASSERT_OK(koila_backward(loss.get()));
+    expect_close(mlp.grads(), unsplit, "a step under KOILA_CHUNK_FASTEST");
+  }
+  EXPECT_EQ(timed, (std::vector<int64_t>{2, 1, 2, 1})) << "two rounds over the candidates, then the fastest";
+  mlp.zero();
+  EXPECT_GT(recomputed_bytes(loss.get()), 0u);
+  EXPECT_EQ(plan_of(loss.get(), KOILA_MODE_TRAINING).chunk, 2);
 }
 
 }  // namespace

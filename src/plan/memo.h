@@ -103,7 +103,8 @@ struct GraphRecord {
   std::map<std::pair<int64_t, uint64_t>, uint64_t> observed_recomputed;
   // The ranges recomputed, chosen for (chunk, room): plans of every step choose once.
   std::map<std::pair<int64_t, uint64_t>, std::vector<std::pair<size_t, size_t>>> recompute_choices;
-  ChunkTimings timings;  // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
+  ChunkTimings timings;             // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
+  ChunkTimings recomputed_timings;  // the same, of candidates that recompute (planner.cpp)
 };
 
 // The record for the structure of `root` in `mode` (with the gradient flags and .grad its

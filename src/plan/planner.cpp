@@ -66,39 +66,6 @@ bool fits(const Plan& p) { return fits(p, p.extra_bytes, p.allocator_bytes); }
 
 int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
 
-// KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
-// timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
-void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
-  if (a.batch <= 0 || !fits(p)) return;  // no batch to split (or an empty one), or nothing fits
-  if (!p.coupled.empty()) {
-    p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
-    return;
-  }
-  if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
-    p.chunk_choice =
-        "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
-        "the chunk size changes the results";
-    return;
-  }
-  std::map<int64_t, std::pair<uint64_t, uint64_t>> extras{{p.chunk, {p.extra_bytes, p.allocator_bytes}}};
-  const std::vector<int64_t> candidates = fastest_candidates(p.chunk, [&](int64_t chunk) {
-    const uint64_t extra = estimator.extra(chunk), allocator = estimator.allocator_overhead(chunk);
-    extras[chunk] = {extra, allocator};
-    return fits(p, extra, allocator);
-  });
-  FastestChoice choice;
-  {
-    GraphRecord& record = estimator.record();
-    std::lock_guard<std::mutex> lock(record.mutex);
-    choice = choose_fastest(candidates, a.batch, record.timings);
-  }
-  p.chunk = choice.chunk;
-  p.chunks = chunks_of(a.batch, choice.chunk);
-  std::tie(p.extra_bytes, p.allocator_bytes) = extras.at(choice.chunk);
-  p.timed = choice.timed;
-  p.chunk_choice = choice.reason;
-}
-
 // What a plan records of the device before anything is estimated; a concrete value's plan
 // ends there (nothing to evaluate: a backward walks LibTorch's graph).
 Plan device_plan(const NodePtr& root, RunMode mode) {
@@ -252,6 +219,72 @@ void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
   }
 }
 
+// KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
+// timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
+void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
+  if (a.batch <= 0 || !fits(p)) return;  // no batch to split (or an empty one), or nothing fits
+  if (!p.coupled.empty()) {
+    p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
+    return;
+  }
+  if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
+    p.chunk_choice =
+        "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
+        "the chunk size changes the results";
+    return;
+  }
+  std::map<int64_t, std::pair<uint64_t, uint64_t>> extras{{p.chunk, {p.extra_bytes, p.allocator_bytes}}};
+  const std::vector<int64_t> candidates = fastest_candidates(p.chunk, [&](int64_t chunk) {
+    const uint64_t extra = estimator.extra(chunk), allocator = estimator.allocator_overhead(chunk);
+    extras[chunk] = {extra, allocator};
+    return fits(p, extra, allocator);
+  });
+  // A larger chunk that fits recomputing is a candidate too (issue 51: on a GPU one large chunk
+  // recomputing often beats small ones): the next size up, twice the largest chunk that fits
+  // without (or the whole batch), measured like the others.
+  std::vector<int64_t> all = candidates;
+  std::optional<Recomputing> larger_recomputing;
+  int64_t larger = 0;
+  if (p.mode == RunMode::Training && p.recompute_policy != KOILA_RECOMPUTE_OFF && p.chunk < a.batch) {
+    larger = std::min(a.batch, p.chunk * 2);
+    const std::optional<Recomputing> most = recompute_for(p, a, estimator, larger, /*most=*/true);
+    if (most && most->fits) {
+      larger_recomputing = recompute_for(p, a, estimator, larger, /*most=*/false, &*most);
+      if (!larger_recomputing || !larger_recomputing->fits) larger_recomputing = most;
+      all.insert(all.begin(), larger);
+    }
+  }
+  FastestChoice choice;
+  {
+    GraphRecord& record = estimator.record();
+    std::lock_guard<std::mutex> lock(record.mutex);
+    // A recomputing candidate's times are its own (a run of its size without recomputation,
+    // measured when the budget was larger, says nothing of it).
+    ChunkTimings timings = record.timings;
+    if (larger_recomputing) {
+      timings.erase(larger);
+      const auto measured = record.recomputed_timings.find(larger);
+      if (measured != record.recomputed_timings.end()) timings.insert(*measured);
+    }
+    choice = choose_fastest(all, a.batch, timings);
+  }
+  p.chunk = choice.chunk;
+  p.chunks = chunks_of(a.batch, choice.chunk);
+  p.timed = choice.timed;
+  p.chunk_choice = choice.reason;
+  if (larger_recomputing && choice.chunk == larger) {
+    p.unrecomputed_extra_bytes = estimator.extra(a.splits(larger) ? larger : -1);
+    p.extra_bytes = larger_recomputing->extra;
+    p.allocator_bytes = larger_recomputing->allocator;
+    p.recompute = larger_recomputing->plan;
+    p.chunk_choice += " (chunks of " + std::to_string(larger) +
+                      " recompute: the candidate larger than the largest "
+                      "chunk that fits without recomputation)";
+  } else {
+    std::tie(p.extra_bytes, p.allocator_bytes) = extras.at(choice.chunk);
+  }
+}
+
 // The plan of a lazy `root` in `mode`, from its analysis and an estimator made for them
 // (made once per planned run, however often it plans again). A plan that does not fit
 // fails (see make_plan).
@@ -384,7 +417,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
           // that the structure's key covers).
           GraphRecord& record = estimator.record();
           std::lock_guard<std::mutex> lock(record.mutex);
-          record_timing(record.timings, plan.chunk, seconds);
+          record_timing(plan.recompute ? record.recomputed_timings : record.timings, plan.chunk, seconds);
         }
         return plan;
       } catch (...) {
@@ -513,7 +546,9 @@ std::string Plan::describe() const {
   }
   if (!source.empty()) os << " Source: " << source << ".";
   const bool fits_unsplit = fits(*this, unsplit_extra_bytes, unsplit_allocator_bytes);
-  if (recompute && recompute_policy == KOILA_RECOMPUTE_PREFERRED) {
+  if (recompute && !chunk_choice.empty()) {
+    os << " The unsplit run does not fit. " << chunk_choice << ".";
+  } else if (recompute && recompute_policy == KOILA_RECOMPUTE_PREFERRED) {
     os << " The unsplit run does not fit without recomputation; KOILA_RECOMPUTE_PREFERRED recomputes rather than "
           "split"
        << (split ? ": " + std::to_string(chunk) + " is the largest power of two whose chunks fit recomputing." : ".");
