@@ -115,16 +115,16 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   const Schedule& base = a.splits(chunk) ? a.at_boundaries() : a.whole;
   const int64_t normalized = a.splits(chunk) ? chunk : -1;
   const uint64_t plain = estimator.extra(normalized);
+  const std::vector<double> saved = estimator.saved_by_autograd(base, normalized);
   const auto simulate = [&](Ranges ranges) -> std::optional<Recomputing> {
     Recomputing r;
-    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch);
+    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch, saved);
     const std::optional<uint64_t> extra = estimator.extra_recomputed(*r.plan, &r.allocator);
     if (!extra) return std::nullopt;
     r.extra = *extra;
     r.fits = fits(p, r.extra, r.allocator);
     return r;
   };
-  const std::vector<double> saved = estimator.saved_by_autograd(base, normalized);
   if (most) {
     bool is_most = false;
     return simulate(choose_ranges(base, normalized, saved, UINT64_MAX, &is_most));

@@ -268,7 +268,8 @@ std::string RecomputePlan::summary() const {
 }
 
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
-                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk) {
+                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
+                                                         const std::vector<double>& saved) {
   auto plan = std::make_shared<RecomputePlan>();
   plan->base = &base;
   plan->chunk = chunk;
@@ -302,7 +303,7 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
       if (last_use[i] > last)
         segment.outputs.push_back(node);
       else
-        freed += value_bytes(*node, chunk);
+        freed += saved.empty() ? value_bytes(*node, chunk) : static_cast<uint64_t>(saved[i]);
     }
     if (ops == 0 || segment.outputs.empty()) continue;
     plan->ranges.emplace_back(first, last);

@@ -59,7 +59,8 @@ struct RecomputePlan {
   std::vector<NodeGroup> groups;  // one per segment (run_recomputed)
   Schedule schedule;
   // Of one chunk (`chunk` samples; the batch when unsplit): bytes of the values its segments'
-  // ops compute that are not outputs (freed in the forward, computed again in the backward), and
+  // ops compute that are not outputs and that autograd would have kept (freed in the forward,
+  // computed again in the backward), and
   // the forward's cost of their ops (recompute_cost) against the whole forward's.
   int64_t chunk = -1;
   uint64_t freed_bytes = 0;
@@ -73,8 +74,11 @@ struct RecomputePlan {
 
 // The plan recomputing `ranges` of `base` (see RecomputePlan), for chunks of `chunk` samples
 // (`batch` when unsplit). Ranges must be ordered and disjoint; those without an op are dropped.
+// `saved` (when not empty): for each position of `base`, the bytes autograd saves of its value,
+// which is what freeing it frees (RecomputePlan::freed_bytes); else every value's bytes count.
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
-                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk);
+                                                         std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
+                                                         const std::vector<double>& saved = {});
 
 // Whether this thread is running a segment's backward (RecomputeBackward), and within it, the
 // segment's forward again: the memory timeline shows the ops inside (plan/op_events.h), and marks
