@@ -7,6 +7,9 @@
 //
 //   usage: bench_recompute [repeats]        (default 3; a warm-up step before each)
 //
+// Each constrained step is timed right after an unconstrained one, and its ratio taken against
+// the median of those (the machine's speed drifts by more than the differences measured).
+//
 // Models, written with koila's ops (parameters are eager tensors; the .grad are taken away
 // before each step, zero_grad(set_to_none=True)):
 //   transformer  6 pre-norm layers, width 128, one attention head, 4x MLP, 1024 positions
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -188,17 +192,53 @@ struct Step {
   std::string error;
   uint64_t estimate = 0;  // the plan's peak
   double seconds = 0;
-  uint64_t peak = 0;  // measured, beyond what was in use
+  double plan_seconds = 0;  // of a plan made again (the step's own included in `seconds`)
+  uint64_t peak = 0;        // measured, beyond what was in use
   int64_t chunks = 0;
   uint64_t recomputed = 0;
   std::string work;  // "+75%" (the plan's estimate of extra forward work)
 };
 
-Step step(Builder& b, const koila_tensor* loss, int repeats) {
+// One timed step under `budget` with `policy` (0: the automatic budget); false when it failed
+// (`error` says why).
+bool one_step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute policy, double* seconds,
+              uint64_t* peak, std::string* error) {
+  set_recompute(policy);
+  set_budget(budget);
+  clear_grads(b);
+  const bench::Memory before = bench::memory("cpu");
+  check(koila_memory_reset_peak("cpu"), "koila_memory_reset_peak");
+  const double start = bench::now_seconds();
+  koila_status* s = koila_backward(loss);
+  *seconds = bench::now_seconds() - start;
+  *peak = bench::memory("cpu").peak - before.current;
+  set_budget(0);
+  if (!s) return true;
+  *error = koila_status_message(s);
+  koila_status_free(s);
+  return false;
+}
+
+// The plan under `budget` and `repeats` steps under it, each after an unconstrained step (budget
+// automatic, recomputation off), so that both are timed in the same stretch of the machine's
+// time; `unconstrained` gets the median of those.
+Step step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute policy, int repeats,
+          double* unconstrained) {
   Step r;
+  set_recompute(policy);
+  set_budget(budget);
   clear_grads(b);
   koila_plan* p = nullptr;
   check(koila_plan_new(&p, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+  {  // what a plan of a step costs once the structure's choices are made (every step plans)
+    const double start = bench::now_seconds();
+    for (int i = 0; i < 5; ++i) {
+      koila_plan* again = nullptr;
+      check(koila_plan_new(&again, loss, KOILA_MODE_TRAINING), "koila_plan_new");
+      koila_plan_free(again);
+    }
+    r.plan_seconds = (bench::now_seconds() - start) / 5;
+  }
   r.chunks = koila_plan_num_chunks(p);
   r.estimate = koila_plan_peak_bytes(p);
   r.recomputed = koila_plan_recomputed_bytes(p);
@@ -209,25 +249,27 @@ Step step(Builder& b, const koila_tensor* loss, int repeats) {
     r.work = "+" + text.substr(from + 6, at - from - 6) + "%";
   }
   koila_plan_free(p);
-  std::vector<double> times;
-  uint64_t most = 0;
-  for (int i = 0; i <= repeats; ++i) {  // (the first: a warm-up)
-    clear_grads(b);
-    const bench::Memory before = bench::memory("cpu");
-    check(koila_memory_reset_peak("cpu"), "koila_memory_reset_peak");
-    const double start = bench::now_seconds();
-    koila_status* s = koila_backward(loss);
-    if (s) {
+  set_budget(0);
+  std::vector<double> times, free_times;
+  for (int i = 0; i <= repeats; ++i) {  // (the first round: a warm-up)
+    double seconds = 0, free_seconds = 0;
+    uint64_t peak = 0, free_peak = 0;
+    std::string error;
+    if (!one_step(b, loss, 0, KOILA_RECOMPUTE_OFF, &free_seconds, &free_peak, &error))
+      throw std::runtime_error("the unconstrained step failed: " + error);
+    if (!one_step(b, loss, budget, policy, &seconds, &peak, &error)) {
       r.ran = false;
-      r.error = koila_status_message(s);
-      koila_status_free(s);
+      r.error = error;
       return r;
     }
-    if (i > 0) times.push_back(bench::now_seconds() - start);
-    most = std::max(most, bench::memory("cpu").peak - before.current);
+    if (i > 0) {
+      times.push_back(seconds);
+      free_times.push_back(free_seconds);
+    }
+    r.peak = std::max(r.peak, peak);
   }
   r.seconds = bench::median(times);
-  r.peak = most;
+  *unconstrained = bench::median(free_times);
   return r;
 }
 
@@ -245,18 +287,20 @@ int main(int argc, char** argv) {
   std::printf("koila recomputation: one sample per step, CPU, median of %d steps (after a warm-up)\n\n", repeats);
   std::printf(
       "| model | budget | budget MiB | chunks | recomputed MiB | extra forward work (est.) | step ms | x unconstrained "
-      "| estimated peak MiB | measured peak MiB | within budget |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+      "| of which planning ms | estimated peak MiB | measured peak MiB | within budget |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   for (const Model& m : models) {
     Builder b;
     koila_tensor* loss = m.build(b);
     set_recompute(KOILA_RECOMPUTE_OFF);
     set_budget(0);
     const uint64_t in_use = bench::memory("cpu").current;
-    const Step free = step(b, loss, repeats);
+    double free_seconds = 0;
+    const Step free = step(b, loss, 0, KOILA_RECOMPUTE_OFF, repeats, &free_seconds);
     const uint64_t activations = free.peak;  // what the unconstrained step took beyond what was in use
-    std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | - |\n", m.name,
-                m.shape.c_str(), 1e3 * free.seconds, mib(free.estimate), mib(in_use + free.peak));
+    std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | %.1f | - |\n", m.name,
+                m.shape.c_str(), 1e3 * free.seconds, 1e3 * free.plan_seconds, mib(free.estimate),
+                mib(in_use + free.peak));
     set_recompute(KOILA_RECOMPUTE_AS_NEEDED);
     // The least budget that plans, to 1% of the activation memory.
     uint64_t lo = in_use, hi = in_use + activations * 2;
@@ -272,23 +316,23 @@ int main(int argc, char** argv) {
                    {"least that plans", hi}};
     for (const auto& row : budgets) {
       if (!plans(b, loss, row.budget)) {
-        std::printf("| %s | %s | %.1f | refused | | | | | | | |\n", m.name, row.label, mib(row.budget));
+        std::printf("| %s | %s | %.1f | refused | | | | | | | | |\n", m.name, row.label, mib(row.budget));
         continue;
       }
-      set_budget(row.budget);
-      const Step s = step(b, loss, repeats);
-      set_budget(0);
+      double unconstrained = 0;
+      const Step s = step(b, loss, row.budget, KOILA_RECOMPUTE_AS_NEEDED, repeats, &unconstrained);
       if (!s.ran) {
         const bool ran_out = s.error.find("out of memory within") != std::string::npos;
-        std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | %.1f | | %s |\n", m.name, row.label, mib(row.budget),
-                    static_cast<long long>(s.chunks), mib(s.recomputed), s.work.c_str(),
+        std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | | %.1f | | %s |\n", m.name, row.label,
+                    mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed), s.work.c_str(),
                     ran_out ? "OUT OF MEMORY" : "refused when run", mib(s.estimate), s.error.substr(0, 300).c_str());
         continue;
       }
-      std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %s |\n", m.name, row.label,
-                  static_cast<double>(row.budget - in_use) / static_cast<double>(activations), mib(row.budget),
-                  static_cast<long long>(s.chunks), mib(s.recomputed), s.work.empty() ? "0%" : s.work.c_str(),
-                  1e3 * s.seconds, s.seconds / free.seconds, mib(s.estimate), mib(in_use + s.peak),
+      std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %s |\n", m.name,
+                  row.label, static_cast<double>(row.budget - in_use) / static_cast<double>(activations),
+                  mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed),
+                  s.work.empty() ? "0%" : s.work.c_str(), 1e3 * s.seconds, s.seconds / unconstrained,
+                  1e3 * s.plan_seconds, mib(s.estimate), mib(in_use + s.peak),
                   in_use + s.peak <= row.budget ? "yes" : "NO");
     }
     std::fflush(stdout);
