@@ -709,6 +709,12 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
 
 std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64_t chunk) {
   chunk = normalized(chunk);
+  {
+    std::lock_guard<std::mutex> lock(record_->mutex);
+    const auto known = record_->saved_by_autograd.find(chunk);
+    if (known != record_->saved_by_autograd.end() && known->second.size() == schedule.order.size())
+      return known->second;
+  }
   const size_t n = schedule.order.size();
   std::vector<double> saved(n, 0);
   try {
@@ -744,6 +750,8 @@ std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64
   } catch (...) {
     return {};
   }
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  record_->saved_by_autograd[chunk] = saved;
   return saved;
 }
 

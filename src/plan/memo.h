@@ -101,8 +101,11 @@ struct GraphRecord {
   // the most extra bytes planned runs measured.
   std::map<std::pair<int64_t, uint64_t>, Simulated> recomputed;
   std::map<std::pair<int64_t, uint64_t>, uint64_t> observed_recomputed;
-  // The ranges recomputed, chosen for (chunk, room): plans of every step choose once.
+  // The ranges recomputed, chosen for (chunk, room), and those that free the most, by chunk:
+  // plans of every step choose once. What autograd saves of each value, by chunk.
   std::map<std::pair<int64_t, uint64_t>, std::vector<std::pair<size_t, size_t>>> recompute_choices;
+  std::map<int64_t, std::vector<std::pair<size_t, size_t>>> most_recomputed;
+  std::map<int64_t, std::vector<double>> saved_by_autograd;
   ChunkTimings timings;             // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
   ChunkTimings recomputed_timings;  // the same, of candidates that recompute (planner.cpp)
 };

@@ -125,12 +125,23 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     r.fits = fits(p, r.extra, r.allocator);
     return r;
   };
+  GraphRecord& record = estimator.record();
   if (most) {
-    bool is_most = false;
-    return simulate(choose_ranges(base, normalized, saved, UINT64_MAX, &is_most));
+    std::optional<Ranges> known;
+    {
+      std::lock_guard<std::mutex> lock(record.mutex);
+      const auto found = record.most_recomputed.find(normalized);
+      if (found != record.most_recomputed.end()) known = found->second;
+    }
+    if (!known) {
+      bool is_most = false;
+      known = choose_ranges(base, normalized, saved, UINT64_MAX, &is_most);
+      std::lock_guard<std::mutex> lock(record.mutex);
+      record.most_recomputed[normalized] = *known;
+    }
+    return simulate(std::move(*known));
   }
   // A choice made before for this chunk and room (plans of every step choose once).
-  GraphRecord& record = estimator.record();
   const auto memo_key = std::make_pair(normalized, room_left(p));
   std::optional<Ranges> known;
   {
