@@ -589,7 +589,10 @@ std::string Plan::describe() const {
   if (!fits(*this) && mode == RunMode::Training && root && root->lazy()) {
     if (recompute_policy == KOILA_RECOMPUTE_OFF)
       os << " Recomputation is off (KOILA_RECOMPUTE_OFF).";
-    else if (least_recomputed_needed > 0)
+    else if (least_recomputed_needed == 0)
+      os << " Recomputation could not be planned for this graph (its recomputing run cannot be simulated on meta "
+            "tensors).";
+    else
       os << " Recomputing the most koila can plan does not fit either: " << human_bytes(least_recomputed_needed)
          << " is the least budget that would (for "
          << (least_recomputed_chunk >= batch || batch < 0 ? std::string("the unsplit run")

@@ -18,6 +18,9 @@ struct Model {
   size_t n = 0, window = 0;
   std::vector<double> freed, cost;  // [l * window + (r - l)]
   double smallest = 0, total = 0;   // the least positive value size, and all values' bytes
+  // Whether a range may start at a position (end before it): an op with several results and its
+  // result nodes, which read them from it, are in one range or none.
+  std::vector<bool> cut_ok;
 
   Model(const Schedule& s, int64_t chunk, const std::vector<double>& saved)
       : n(s.order.size()), window(std::min(n, kWindow)) {
@@ -34,6 +37,13 @@ struct Model {
       if (last_use[i] < n) ending[last_use[i]].push_back(i);
       if (bytes[i] > 0 && (smallest == 0 || bytes[i] < smallest)) smallest = bytes[i];
       total += bytes[i];
+    }
+    cut_ok.assign(n + 1, true);
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = *s.order[i];
+      if (node.result < 0 || s.input_start[i] == s.input_start[i + 1] || s.inputs[s.input_start[i]] < 0) continue;
+      const auto parent = static_cast<size_t>(s.inputs[s.input_start[i]]);
+      for (size_t b = std::min(parent, i) + 1; b <= std::max(parent, i); ++b) cut_ok[b] = false;
     }
     freed.assign(n * window, 0);
     cost.assign(n * window, 0);
@@ -78,6 +88,7 @@ Solution solve(const Model& m, double cap, double lambda) {
     best[r + 1] = best[r];
     const size_t lowest = r + 1 > m.window ? r + 1 - m.window : 0;
     for (size_t l = r + 1; l-- > lowest;) {
+      if (!m.cut_ok[l] || !m.cut_ok[r + 1]) continue;
       const double f = m.freed_of(l, r);
       if (f > cap) continue;
       if (f <= 0) continue;
