@@ -31,6 +31,12 @@ void zero_grads(const std::vector<at::Tensor>& params) {
   for (at::Tensor p : params) p.mutable_grad() = at::Tensor();
 }
 
+// koila's mean of `h`'s squares, the losses here (`keep` holds the square).
+Handle mean_of_squares(koila_tensor* h, std::vector<Handle>& keep) {
+  keep.push_back(CALL(koila_mul, h, h));
+  return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+}
+
 // Sets the recomputation policy, and puts the default back when the test ends.
 struct RecomputeGuard {
   explicit RecomputeGuard(koila_recompute policy) { set(policy); }
@@ -76,8 +82,7 @@ struct DeepMlp {
       if (dropout > 0) keep.push_back(CALL(koila_dropout, keep.back().get(), dropout, 1));
       h = keep.back().get();
     }
-    keep.push_back(CALL(koila_mul, h, h));
-    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+    return mean_of_squares(h, keep);
   }
   // Eager LibTorch's gradients of the same loss.
   std::vector<at::Tensor> eager_grads(const at::Tensor& input) const {
@@ -327,8 +332,7 @@ struct BatchNormNet {
       keep.push_back(CALL(koila_relu, keep.back().get()));
       h = keep.back().get();
     }
-    keep.push_back(CALL(koila_mul, h, h));
-    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+    return mean_of_squares(h, keep);
   }
   // Eager LibTorch: the gradients, and the running statistics after one step.
   std::vector<at::Tensor> eager_grads(const at::Tensor& input) const {

@@ -53,6 +53,13 @@ std::string reason(const std::exception_ptr& e) {
   }
 }
 
+// What the caching allocator model needed beyond a simulation's peak (0 off CUDA, where it is
+// not run), scaled as every figure is.
+uint64_t allocator_beyond(const Simulated& sim) {
+  const uint64_t bytes = sim.allocator_peak > sim.peak ? sim.allocator_peak - sim.peak : 0;
+  return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
+}
+
 // Meta stand-ins for the graph's concrete tensors, made before counting starts (they exist
 // already); the same tensor used twice gets the same stand-in. For training, a stand-in has
 // a meta .grad where the real tensor has a .grad (a backward adds into it in place; one
@@ -613,45 +620,41 @@ uint64_t Estimator::extra(int64_t chunk) {
   return bytes;
 }
 
-uint64_t Estimator::added_beyond(int64_t chunk, int64_t samples, const Simulated& simulation) {
-  const Simulated* sim = &simulation;
-  GraphRecord& r = *record_;
-  {
-    Calibration& c = *r.calibration;
-    std::lock_guard<std::mutex> calibration_lock(c.mutex);
-    if (!c.done) calibrate(c);
-    uint64_t added = c.bytes;
-    if (!c.probes.empty()) {
-      const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
-      if (samples < smallest)
-        added = calibrate_as_run(c, samples).value_or(added);
-      else {
-        const auto same = c.probes.find(samples);
-        if (same != c.probes.end())  // a chunk of a probe's size: what that probe took, not the larger's
-          added = std::max<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(same->second, 0)), kKernelScalars);
-        else if (samples > largest)
-          added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
-        if (!c.by_op.empty() && !sim->ops.empty()) {
-          // The calibration is final once it has ops (calibrate): computed once per chunk size,
-          // not at every plan (a plan of every step walks no ops).
-          if (!sim->added_op_by_op) sim->added_op_by_op = added_op_by_op(c, *sim, samples, added);
-          added = *sim->added_op_by_op;
-        } else if (chunk >= 0 && samples <= largest) {
-          // No ops to follow (a device's probes, whose figures are the process's): what a probe
-          // took at its own peak is not what the run takes at the run's (cuDNN's workspace in a
-          // convolution's backward, beside gradients the run adds as it goes: convnext_tiny's
-          // chunks of 2 on an H200 were estimated 24% short). A chunk within the probes' sizes
-          // is probed as the run goes, as a smaller one is.
-          added = calibrate_as_run(c, samples).value_or(added);
-        }
-      }
-    } else if (!c.done && chunk >= 0 && samples < 2) {
-      // The calibration probes (2 samples and more) ran out of this plan's room: a chunk of one
-      // is probed as the run goes, as it is below the probes.
+uint64_t Estimator::added_beyond(int64_t chunk, int64_t samples, const Simulated& sim) {
+  Calibration& c = *record_->calibration;
+  std::lock_guard<std::mutex> calibration_lock(c.mutex);
+  if (!c.done) calibrate(c);
+  uint64_t added = c.bytes;
+  if (!c.probes.empty()) {
+    const int64_t smallest = c.probes.begin()->first, largest = std::prev(c.probes.end())->first;
+    if (samples < smallest)
       added = calibrate_as_run(c, samples).value_or(added);
+    else {
+      const auto same = c.probes.find(samples);
+      if (same != c.probes.end())  // a chunk of a probe's size: what that probe took, not the larger's
+        added = std::max<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(same->second, 0)), kKernelScalars);
+      else if (samples > largest)
+        added += static_cast<uint64_t>(c.slope * static_cast<double>(samples - largest));
+      if (!c.by_op.empty() && !sim.ops.empty()) {
+        // The calibration is final once it has ops (calibrate): computed once per chunk size,
+        // not at every plan (a plan of every step walks no ops).
+        if (!sim.added_op_by_op) sim.added_op_by_op = added_op_by_op(c, sim, samples, added);
+        added = *sim.added_op_by_op;
+      } else if (chunk >= 0 && samples <= largest) {
+        // No ops to follow (a device's probes, whose figures are the process's): what a probe
+        // took at its own peak is not what the run takes at the run's (cuDNN's workspace in a
+        // convolution's backward, beside gradients the run adds as it goes: convnext_tiny's
+        // chunks of 2 on an H200 were estimated 24% short). A chunk within the probes' sizes
+        // is probed as the run goes, as a smaller one is.
+        added = calibrate_as_run(c, samples).value_or(added);
+      }
     }
-    return added;
+  } else if (!c.done && chunk >= 0 && samples < 2) {
+    // The calibration probes (2 samples and more) ran out of this plan's room: a chunk of one
+    // is probed as the run goes, as it is below the probes.
+    added = calibrate_as_run(c, samples).value_or(added);
   }
+  return added;
 }
 
 std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, uint64_t* allocator) {
@@ -699,11 +702,7 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
   const auto seen = r.observed_recomputed.find(key);
   if (seen != r.observed_recomputed.end()) bytes = std::max(bytes, seen->second);
-  if (allocator) {
-    const c10::Device device = canonical_device(root_->meta.device);
-    const uint64_t over = device.is_cuda() && run.allocator_peak > run.peak ? run.allocator_peak - run.peak : 0;
-    *allocator = static_cast<uint64_t>(std::llround(static_cast<double>(over) * estimate_scale.load()));
-  }
+  if (allocator) *allocator = canonical_device(root_->meta.device).is_cuda() ? allocator_beyond(run) : 0;
   return bytes;
 }
 
@@ -768,10 +767,9 @@ uint64_t Estimator::allocator_overhead(int64_t chunk) {
   chunk = normalized(chunk);
   std::lock_guard<std::mutex> lock(record_->mutex);
   const Simulated* sim = simulated(chunk, kSimulatedChunks);
-  const uint64_t bytes = !sim                              ? kUnmodelledAllocatorBytes
-                         : sim->allocator_peak > sim->peak ? sim->allocator_peak - sim->peak
-                                                           : 0;
-  return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
+  if (!sim)
+    return static_cast<uint64_t>(std::llround(static_cast<double>(kUnmodelledAllocatorBytes) * estimate_scale.load()));
+  return allocator_beyond(*sim);
 }
 
 uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,

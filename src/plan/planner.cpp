@@ -134,8 +134,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
       if (found != record.most_recomputed.end()) known = found->second;
     }
     if (!known) {
-      bool is_most = false;
-      known = choose_ranges(base, normalized, saved, UINT64_MAX, &is_most);
+      known = choose_ranges(base, normalized, saved, UINT64_MAX);
       std::lock_guard<std::mutex> lock(record.mutex);
       record.most_recomputed[normalized] = *known;
     }
@@ -180,8 +179,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
       uint64_t lo = 0, hi = to_free;
       for (int narrower = 0; narrower < 3 && hi - lo > hi / 16; ++narrower) {
         const uint64_t mid = lo + (hi - lo) / 2;
-        bool mid_most = false;
-        std::optional<Recomputing> cheaper = simulate(choose_ranges(base, normalized, saved, mid, &mid_most));
+        std::optional<Recomputing> cheaper = simulate(choose_ranges(base, normalized, saved, mid));
         if (cheaper && cheaper->fits && cheaper->plan->recomputed_cost < r->plan->recomputed_cost) {
           r = std::move(cheaper);
           hi = mid;
@@ -201,6 +199,24 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   return last;
 }
 
+// The recomputation of chunks of `chunk` that fits `p` for the least work, given the most
+// recomputation `most` (which fits): the least the choice finds, or `most` itself.
+Recomputing least_that_fits(const Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk,
+                            const Recomputing& most) {
+  const std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false, &most);
+  return chosen && chosen->fits ? *chosen : most;
+}
+
+// `p` runs chunks of `chunk` (the batch or more: unsplit) recomputing as `r` says.
+void adopt(Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk, const Recomputing& r) {
+  p.unrecomputed_extra_bytes = estimator.extra(a.splits(chunk) ? chunk : -1);
+  p.chunk = a.splits(chunk) ? chunk : a.batch;
+  p.chunks = a.splits(chunk) ? chunks_of(a.batch, chunk) : 1;
+  p.extra_bytes = r.extra;
+  p.allocator_bytes = r.allocator;
+  p.recompute = r.plan;
+}
+
 // Under KOILA_RECOMPUTE_AS_NEEDED, for a backward whose plan `p` fits no chunk: the largest chunk
 // (unsplit first, then powers of two down to 1; unsplit only where the batch cannot be split)
 // that fits with the most recomputation, then the least recomputation that fits it. Where none
@@ -218,14 +234,7 @@ void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
     // it needed): nor will it in smaller chunks.
     if (!most->fits && most->extra >= estimator.extra(a.splits(chunk) ? chunk : -1)) return;
     if (!most->fits) continue;
-    std::optional<Recomputing> chosen = recompute_for(p, a, estimator, chunk, /*most=*/false, &*most);
-    if (!chosen || !chosen->fits) chosen = most;
-    p.unrecomputed_extra_bytes = estimator.extra(a.splits(chunk) ? chunk : -1);
-    p.chunk = a.splits(chunk) ? chunk : a.batch;
-    p.chunks = a.splits(chunk) ? chunks_of(a.batch, chunk) : 1;
-    p.extra_bytes = chosen->extra;
-    p.allocator_bytes = chosen->allocator;
-    p.recompute = chosen->plan;
+    adopt(p, a, estimator, chunk, least_that_fits(p, a, estimator, chunk, *most));
     return;
   }
 }
@@ -260,8 +269,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
     larger = std::min(a.batch, p.chunk * 2);
     const std::optional<Recomputing> most = recompute_for(p, a, estimator, larger, /*most=*/true);
     if (most && most->fits) {
-      larger_recomputing = recompute_for(p, a, estimator, larger, /*most=*/false, &*most);
-      if (!larger_recomputing || !larger_recomputing->fits) larger_recomputing = most;
+      larger_recomputing = least_that_fits(p, a, estimator, larger, *most);
       all.insert(all.begin(), larger);
     }
   }
@@ -284,10 +292,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
   p.timed = choice.timed;
   p.chunk_choice = choice.reason;
   if (larger_recomputing && choice.chunk == larger) {
-    p.unrecomputed_extra_bytes = estimator.extra(a.splits(larger) ? larger : -1);
-    p.extra_bytes = larger_recomputing->extra;
-    p.allocator_bytes = larger_recomputing->allocator;
-    p.recompute = larger_recomputing->plan;
+    adopt(p, a, estimator, larger, *larger_recomputing);
     p.chunk_choice += " (chunks of " + std::to_string(larger) +
                       " recompute: the candidate larger than the largest "
                       "chunk that fits without recomputation)";
