@@ -454,9 +454,11 @@ KOILA_API koila_status *koila_set_chunking(koila_chunking policy);
    only when even the most recomputation koila can plan does not fit; the message then says
    the least budget that would. A plan that fits without recomputation recomputes nothing.
    Evaluations (no backward) never recompute: they keep nothing for a backward.
-   Granularity: one op of koila's graph. A .pt2 program runs op by op, so any range of its
-   ops can be recomputed; a TorchScript module call is one op (its forward runs whole), so a
-   call is recomputed whole or not at all.
+   Granularity: one op of koila's graph; inside a TorchScript module or .pt2 program call (one
+   op of koila's graph), one node of the call's forward graph after koila inlined it: where
+   recomputing koila's ops does not fit, such a call runs in segments of its graph, keeping only
+   the values that cross between segments, each segment run again in its backward (cuts only
+   where every crossing value is a tensor no later node writes in place, or holds no tensor).
    An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing. */
 typedef enum koila_recompute {
   KOILA_RECOMPUTE_OFF = 0,       /* never recompute: as before this section existed */

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "module/call_errors.h"
 #include "module/results.h"
+#include "module/segmented_call.h"
 #include "module/twin.h"
 
 namespace koila::module_detail {
@@ -15,7 +16,7 @@ std::string input_text(const Call& call) {
 
 namespace {
 
-c10::IValue run_forward(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+torch::jit::Module target_of(const Call& call, const Tensors& args, bool batch_norm_eval) {
   bool own = !batch_norm_eval;
   for (size_t i = 0; i < call.state.size(); ++i)
     own &= args[call.n_inputs + i].unsafeGetTensorImpl() == call.state[i].unsafeGetTensorImpl();
@@ -24,43 +25,47 @@ c10::IValue run_forward(const Call& call, const Tensors& args, koila_code fallba
     return found == call.index.end() ? t : args[call.n_inputs + found->second];
   });
   if (batch_norm_eval) evaluate_batch_norms(target._ivalue());
+  return target;
+}
+
+c10::IValue run_forward(const Call& call, const torch::jit::Module& target, const Tensors& args, koila_code fallback) {
   // Operator by operator, as eager LibTorch runs: the same kernels, the same tensors saved
   // for backward, whether the run is real or simulated on meta tensors (an optimized plan
   // would also specialize on the meta device).
   torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
   std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(call.n_inputs));
-  c10::IValue result;
-  try {
-    result = target.forward(std::move(stack));
-  } catch (const Error&) {
-    throw;
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail_forward(call, e, fallback);
-  }
-  return result;
+  return as_call(call, fallback, [&] { return const_cast<torch::jit::Module&>(target).forward(std::move(stack)); });
+}
+
+// Every result of the call, flattened: in segments where a plan asks (segmented_call.h).
+Tensors run_flattened(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval,
+                      bool all_results, c10::IValue* whole) {
+  const torch::jit::Module target = target_of(call, args, batch_norm_eval);
+  if (std::optional<Tensors> segmented = run_segmented(call, target, args, fallback)) return std::move(*segmented);
+  *whole = run_forward(call, target, args, fallback);
+  Tensors all;
+  if (all_results || call.result >= 0) flatten_results(*whole, all, "module " + call.name);
+  return all;
 }
 
 }  // namespace
 
 at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
-  const c10::IValue result = run_forward(call, args, fallback, batch_norm_eval);
+  c10::IValue whole;
+  const Tensors all = run_flattened(call, args, fallback, batch_norm_eval, /*all_results=*/false, &whole);
   if (call.result < 0) {
-    if (!result.isTensor()) fail_result(call, result);
-    return result.toTensor();
+    if (whole.isTensor()) return whole.toTensor();
+    if (all.size() != 1 || !all[0].defined()) fail_result(call, whole);
+    return all[0];
   }
-  Tensors all;
-  flatten_results(result, all, "module " + call.name);
   if (static_cast<size_t>(call.result) >= all.size() || !all[static_cast<size_t>(call.result)].defined())
     fail_result_changed(call, all);
   return all[static_cast<size_t>(call.result)];
 }
 
 Tensors run_call_all(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
-  Tensors all;
-  flatten_results(run_forward(call, args, fallback, batch_norm_eval), all, "module " + call.name);
-  return all;
+  c10::IValue whole;
+  return run_flattened(call, args, fallback, batch_norm_eval, /*all_results=*/true, &whole);
 }
 
 }  // namespace koila::module_detail

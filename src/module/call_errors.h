@@ -3,9 +3,11 @@
 #pragma once
 
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "graph/graph.h"
 #include "koila.h"
 #include "module/call.h"
@@ -27,6 +29,21 @@ void check_call(const LoadedModule& m, const Call& call, const std::vector<NodeP
 // The module's forward threw `e` while running: "module X (inputs ...): <LibTorch's message>",
 // KOILA_ERROR_OUT_OF_MEMORY when memory ran out, else `fallback`.
 [[noreturn]] void fail_forward(const Call& call, const std::exception& e, koila_code fallback);
+
+// What `run` returns; what LibTorch throws in it becomes the call's error (fail_forward), while
+// koila's own errors and std::bad_alloc pass as they are.
+template <class F>
+auto as_call(const Call& call, koila_code fallback, F&& run) -> decltype(run()) {
+  try {
+    return run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_forward(call, e, fallback);
+  }
+}
 
 // The module's forward returned `result`, not one tensor (KOILA_ERROR_UNSUPPORTED).
 [[noreturn]] void fail_result(const Call& call, const c10::IValue& result);

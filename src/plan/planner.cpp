@@ -110,15 +110,18 @@ struct Recomputing {
 // choice (plan/recompute_choice.h) is simulated; where it falls short, the model is asked for
 // what the simulation says is missing, scaled by how far the model was off, a few times.
 // nullopt where the graph cannot be simulated.
+// With `inside`, module calls and programs also run in segments of their own graph
+// (RecomputePlan::inside_programs); without `most`, as `most_known` does.
 std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk,
-                                         bool most, const Recomputing* most_known = nullptr) {
+                                         bool most, const Recomputing* most_known = nullptr, bool inside = false) {
+  if (!most && most_known && most_known->plan) inside = most_known->plan->inside_programs;
   const Schedule& base = a.splits(chunk) ? a.at_boundaries() : a.whole;
   const int64_t normalized = a.splits(chunk) ? chunk : -1;
   const uint64_t plain = estimator.extra(normalized);
   const std::vector<double> saved = estimator.saved_by_autograd(base, normalized);
   const auto simulate = [&](Ranges ranges) -> std::optional<Recomputing> {
     Recomputing r;
-    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch, saved);
+    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch, saved, inside);
     const std::optional<uint64_t> extra = estimator.extra_recomputed(*r.plan, &r.allocator);
     if (!extra) return std::nullopt;
     r.extra = *extra;
@@ -222,17 +225,25 @@ void adopt(Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk, cons
 // that fits with the most recomputation, then the least recomputation that fits it. Where none
 // fits, `p` notes the least budget that the most recomputation needs.
 void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
+  bool runs_programs = false;
+  for (const Node* n : a.whole.order) runs_programs = runs_programs || (n->kind == NodeKind::Op && n->runs_program);
   std::vector<int64_t> chunks{-1};
   if (a.batch > 1 && p.coupled.empty())
     for (int64_t c = largest_power_of_two_at_most(a.batch - 1); c >= 1; c /= 2) chunks.push_back(c);
   for (int64_t chunk : chunks) {
-    const std::optional<Recomputing> most = recompute_for(p, a, estimator, chunk, /*most=*/true);
+    std::optional<Recomputing> most = recompute_for(p, a, estimator, chunk, /*most=*/true);
     if (!most) return;  // no simulation to plan it by
+    // Where recomputing koila's ops does not fit, module calls and programs (one op each) run in
+    // segments of their own graph too (module/segmented_call.h).
+    if (!most->fits && runs_programs) {
+      std::optional<Recomputing> inside = recompute_for(p, a, estimator, chunk, /*most=*/true, nullptr, true);
+      if (inside && inside->extra < most->extra) most = std::move(inside);
+    }
     p.least_recomputed_needed = p.needed(most->extra, most->allocator);
     p.least_recomputed_chunk = a.splits(chunk) ? chunk : a.batch;
     // Recomputing saves nothing here (a graph of one module call, recomputed whole, needs what
     // it needed): nor will it in smaller chunks.
-    if (!most->fits && most->extra >= estimator.extra(a.splits(chunk) ? chunk : -1)) return;
+    if (!most->fits && !runs_programs && most->extra >= estimator.extra(a.splits(chunk) ? chunk : -1)) return;
     if (!most->fits) continue;
     adopt(p, a, estimator, chunk, least_that_fits(p, a, estimator, chunk, *most));
     return;
@@ -552,11 +563,17 @@ std::string Plan::describe() const {
   }
   if (recompute) {
     const RecomputePlan& r = *recompute;
-    os << " Recomputed: " << r.segments.size() << (r.segments.size() == 1 ? " segment" : " segments") << " of "
-       << r.recomputed_ops << (r.recomputed_ops == 1 ? " op" : " ops") << " (" << r.summary() << "); a chunk frees "
-       << human_bytes(r.freed_bytes)
-       << " of their values in its forward and computes them again in its backward, about "
-       << static_cast<int>(std::lround(r.forward_cost > 0 ? 100.0 * r.recomputed_cost / r.forward_cost : 0))
+    if (r.segments.empty()) {
+      os << " Recomputed: " << r.summary()
+         << ", which keep only the values crossing from one segment to the next in the forward and run each segment "
+            "again in the backward, about ";
+    } else {
+      os << " Recomputed: " << r.segments.size() << (r.segments.size() == 1 ? " segment" : " segments") << " of "
+         << r.recomputed_ops << (r.recomputed_ops == 1 ? " op" : " ops") << " (" << r.summary() << "); a chunk frees "
+         << human_bytes(r.freed_bytes)
+         << " of their values in its forward and computes them again in its backward, about ";
+    }
+    os << static_cast<int>(std::lround(r.forward_cost > 0 ? 100.0 * r.recomputed_cost / r.forward_cost : 0))
        << "% more forward work (by the ops' arithmetic); without recomputation the chunk would need "
        << human_bytes(needed(unrecomputed_extra_bytes, allocator_bytes)) << ".";
   }

@@ -402,6 +402,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     at::Tensor value;
     {
       const GradFusion::Forward fusing(fusion);
+      const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
       value = evaluate(forward_schedule(run, a.whole), options)[0];
     }
     if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
@@ -495,6 +496,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     Tensors values;
     {
       const GradFusion::Forward fusing(fusion);
+      const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
       values = evaluate(forward_schedule(run, a.at_boundaries()), options);
     }
     Tensors grad_outputs(n);

@@ -323,6 +323,20 @@ at::Tensor fused_convolution(const at::Tensor& input, const at::Tensor& weight, 
 
 uint64_t fused_weight_gradients() { return fused_count.load(); }
 
+FusedPass current_fused_pass() { return FusedPass{forward_session, forward_split, forward_small_fused}; }
+
+FusedPassAgain::FusedPassAgain(const FusedPass& pass) : previous_(current_fused_pass()) {
+  forward_session = pass.session;
+  forward_split = pass.split;
+  forward_small_fused = pass.small_fused;
+}
+
+FusedPassAgain::~FusedPassAgain() {
+  forward_session = previous_.session;
+  forward_split = previous_.split;
+  forward_small_fused = previous_.small_fused;
+}
+
 void testing::set_grad_fusion(bool on) { fusion_on.store(on); }
 
 }  // namespace koila

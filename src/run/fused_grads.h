@@ -70,6 +70,25 @@ class GradFusion {
   bool small_fused_;  // linear layers under 1 MiB fuse too
 };
 
+// The pass of the Forward scope this thread is in (none: session 0), and a scope that runs in it
+// again: a recomputed segment's second run, inside the backward, fuses its layers as the first
+// run would have without recomputation (module/segmented_call.h).
+struct FusedPass {
+  uint64_t session = 0;
+  bool split = false, small_fused = false;
+};
+FusedPass current_fused_pass();
+class FusedPassAgain {
+ public:
+  explicit FusedPassAgain(const FusedPass& pass);
+  ~FusedPassAgain();
+  FusedPassAgain(const FusedPassAgain&) = delete;
+  FusedPassAgain& operator=(const FusedPassAgain&) = delete;
+
+ private:
+  FusedPass previous_;
+};
+
 // at::linear; inside a Forward scope, with grad mode on and a weight that is a leaf
 // requiring grad, with an autograd node of koila's ("FusedLinearWithBiasBackward",
 // "FusedLinearBackward") whose backward fuses as described above; in an unsplit pass that

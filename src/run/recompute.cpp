@@ -24,13 +24,15 @@ namespace koila {
 namespace {
 
 thread_local bool running_again = false;
-thread_local int backward_depth = 0;  // RecomputeBackward functions running on this thread
+thread_local int backward_depth = 0;   // RecomputeBackward functions running on this thread
+thread_local bool segmenting = false;  // SegmentingPrograms
 
 // The segment's backward: runs it again from the inputs it kept, with autograd, drawing the
 // random numbers its forward drew, and differentiates it.
 struct RecomputeBackward : torch::autograd::Node {
   RecomputeSegment segment;
-  EvalOptions options;  // the forward's (its chunk, its leaves)
+  EvalOptions options;               // the forward's (its chunk, its leaves)
+  bool segmenting_programs = false;  // as in the forward
   // The inputs that require grad, saved as autograd saves (their versions checked); the others
   // (data, integer values, state) kept as they are: state that the first run changed in place
   // is replaced by its copy from before (`state`).
@@ -73,6 +75,7 @@ struct RecomputeBackward : torch::autograd::Node {
         random->replay(random_states);
       }
       c10::AutoGradMode on(true);
+      const SegmentingPrograms inside(segmenting_programs);
       EvalOptions again = options;
       again.grad = true;
       again.given = &given;
@@ -172,6 +175,7 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   auto node = compat::make_autograd_node<RecomputeBackward>();
   node->segment = segment;
   node->options = options;
+  node->segmenting_programs = segmenting;
   node->options.given = nullptr;
   node->options.reached_leaves = nullptr;
   node->options.stats = nullptr;
@@ -198,6 +202,9 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
 }
 
 bool recomputing() { return running_again; }
+bool segmenting_programs() { return segmenting; }
+SegmentingPrograms::SegmentingPrograms(bool on) : previous_(segmenting) { segmenting = on; }
+SegmentingPrograms::~SegmentingPrograms() { segmenting = previous_; }
 bool in_recompute_backward() { return backward_depth > 0; }
 
 std::vector<size_t> last_reads(const Schedule& schedule) {
@@ -249,7 +256,7 @@ uint64_t RecomputePlan::key() const {
     h = (h ^ first) * 1099511628211ULL;
     h = (h ^ last) * 1099511628211ULL;
   }
-  return h;
+  return inside_programs ? (h ^ 0x9e3779b97f4a7c15ULL) * 1099511628211ULL : h;
 }
 
 std::string RecomputePlan::summary() const {
@@ -264,19 +271,43 @@ std::string RecomputePlan::summary() const {
     text +=
         (k ? ", " : "") + by_count[k].second + (by_count[k].first > 1 ? " x" + std::to_string(by_count[k].first) : "");
   if (by_count.size() > 6) text += ", ...";
+  if (segmented_programs > 0)
+    text += std::string(text.empty() ? "" : "; ") + std::to_string(segmented_programs) +
+            (segmented_programs == 1 ? " module call" : " module calls") + " in segments of its own graph";
   return text;
 }
 
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
-                                                         const std::vector<double>& saved) {
+                                                         const std::vector<double>& saved, bool inside_programs) {
   auto plan = std::make_shared<RecomputePlan>();
+  plan->inside_programs = inside_programs;
   plan->base = &base;
   plan->chunk = chunk;
   const size_t n = base.order.size();
   const std::vector<size_t> last_use = last_reads(base);
   for (size_t i = 0; i < n; ++i)
     if (base.order[i]->kind == NodeKind::Op) plan->forward_cost += forward_cost(*base.order[i], chunk);
+  if (inside_programs) {
+    // A program runs in segments of its own graph, recomputing them in its backward: in a range
+    // too, its forward would run a third time. Ranges are cut around programs.
+    std::vector<std::pair<size_t, size_t>> apart;
+    for (const auto& [first, last] : ranges) {
+      size_t from = first;
+      for (size_t i = first; i <= last && i < n; ++i)
+        if (base.order[i]->kind == NodeKind::Op && base.order[i]->runs_program) {
+          if (i > from) apart.emplace_back(from, i - 1);
+          from = i + 1;
+        }
+      if (from <= last) apart.emplace_back(from, last);
+    }
+    ranges = std::move(apart);
+    for (size_t i = 0; i < n; ++i)
+      if (base.order[i]->kind == NodeKind::Op && base.order[i]->runs_program) {
+        plan->recomputed_cost += forward_cost(*base.order[i], chunk);
+        ++plan->segmented_programs;
+      }
+  }
   size_t previous_end = 0;
   for (const auto& [first, last] : ranges) {
     if (first > last || last >= n || first < previous_end)

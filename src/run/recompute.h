@@ -66,6 +66,11 @@ struct RecomputePlan {
   uint64_t freed_bytes = 0;
   double recomputed_cost = 0, forward_cost = 0;
   size_t recomputed_ops = 0;
+  // Module calls and exported programs (runs_program ops) run in segments of their own graph
+  // (module/segmented_call.h): a whole-model call's backward then holds one segment's
+  // activations, not the model's. Set where recomputing koila's ops alone does not fit.
+  bool inside_programs = false;
+  size_t segmented_programs = 0;  // those programs
   // What the segments' ops are, for descriptions: "koila_linear x4, koila_relu x4, ...".
   std::string summary() const;
   // The ranges, hashed (a structure's record keeps figures by it, plan/memo.h).
@@ -78,13 +83,29 @@ struct RecomputePlan {
 // which is what freeing it frees (RecomputePlan::freed_bytes); else every value's bytes count.
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
-                                                         const std::vector<double>& saved = {});
+                                                         const std::vector<double>& saved = {},
+                                                         bool inside_programs = false);
 
 // Whether this thread is running a segment's backward (RecomputeBackward), and within it, the
 // segment's forward again: the memory timeline shows the ops inside (plan/op_events.h), and marks
 // those of the forward run again as recomputed.
 bool in_recompute_backward();
 bool recomputing();
+
+// Whether module calls and programs run now segment their own graph (RecomputePlan::
+// inside_programs): set by a run's forward that recomputes so, and by a segment's backward run
+// again from one.
+bool segmenting_programs();
+class SegmentingPrograms {
+ public:
+  explicit SegmentingPrograms(bool on);
+  ~SegmentingPrograms();
+  SegmentingPrograms(const SegmentingPrograms&) = delete;
+  SegmentingPrograms& operator=(const SegmentingPrograms&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // For each position of `schedule`, the last position that reads its value (a root: the order's
 // size; a value nobody reads: 0).

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 18ab42c5934d883db3095c243c5f3f070bcc2ca8dbda90d8b2b26ef5dc17a2ee
+# Header sha256: 05907aa689169752eadbec90fa13fd5cac3cec677982acdaccdcd5de1efb5fc4
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py

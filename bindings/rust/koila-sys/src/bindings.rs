@@ -542,9 +542,11 @@ pub const KOILA_RECOMPUTE_PREFERRED: koila_recompute = 2;
 #[doc = "only when even the most recomputation koila can plan does not fit; the message then says"]
 #[doc = "the least budget that would. A plan that fits without recomputation recomputes nothing."]
 #[doc = "Evaluations (no backward) never recompute: they keep nothing for a backward."]
-#[doc = "Granularity: one op of koila's graph. A .pt2 program runs op by op, so any range of its"]
-#[doc = "ops can be recomputed; a TorchScript module call is one op (its forward runs whole), so a"]
-#[doc = "call is recomputed whole or not at all."]
+#[doc = "Granularity: one op of koila's graph; inside a TorchScript module or .pt2 program call (one"]
+#[doc = "op of koila's graph), one node of the call's forward graph after koila inlined it: where"]
+#[doc = "recomputing koila's ops does not fit, such a call runs in segments of its graph, keeping only"]
+#[doc = "the values that cross between segments, each segment run again in its backward (cuts only"]
+#[doc = "where every crossing value is a tensor no later node writes in place, or holds no tensor)."]
 #[doc = "An unknown value is KOILA_ERROR_INVALID_ARGUMENT and changes nothing."]
 pub type koila_recompute = ::std::os::raw::c_uint;
 extern "C" {

@@ -1,0 +1,448 @@
+#include "module/call_segments.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "module/call.h"
+#include "module/twin.h"
+#include "run/batch_stats.h"
+
+namespace koila::module_detail {
+
+namespace {
+
+using JitNode = torch::jit::Node;
+using JitValue = torch::jit::Value;
+
+// The forward's graph, its top-level nodes and where each value is made and last read.
+struct Layout {
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::vector<JitNode*> nodes;
+  std::unordered_map<const JitNode*, size_t> position;
+  JitValue* self = nullptr;
+  // Values read again in each segment rather than crossing: the module, its attributes, constants.
+  std::unordered_set<const JitValue*> rederived;
+};
+
+// The top-level node that `user` is (or sits inside); the graph's return: nodes.size().
+size_t top_position(const Layout& l, JitNode* user) {
+  while (user->owningBlock() != l.graph->block()) user = user->owningBlock()->owningNode();
+  if (user == l.graph->return_node()) return l.nodes.size();
+  return l.position.at(user);
+}
+
+// -1 for the graph's inputs.
+int64_t made_at(const Layout& l, const JitValue* v) {
+  if (v->node()->kind() == c10::prim::Param) return -1;
+  return static_cast<int64_t>(l.position.at(v->node()));
+}
+
+// Whether `type` holds no tensor and nothing mutable beyond lists of plain values.
+bool plain_type(const c10::TypePtr& type) {
+  switch (type->kind()) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::NoneType:
+    case c10::TypeKind::StringType:
+    case c10::TypeKind::DeviceObjType:
+    case c10::TypeKind::NumberType: return true;
+    default: break;
+  }
+  if (const auto list = type->cast<c10::ListType>()) return plain_type(list->getElementType());
+  if (const auto optional = type->cast<c10::OptionalType>()) return plain_type(optional->getElementType());
+  if (const auto tuple = type->cast<c10::TupleType>()) {
+    for (const c10::TypePtr& element : tuple->elements())
+      if (!plain_type(element)) return false;
+    return true;
+  }
+  return false;
+}
+
+bool tensor_type(const c10::TypePtr& type) { return type->kind() == c10::TypeKind::TensorType; }
+
+// Whether a node after `v` is made may write `v` (or a view of it) in place.
+bool may_be_written(const JitValue* v, int depth = 0) {
+  if (depth > 8) return true;
+  for (const torch::jit::Use& use : v->uses()) {
+    const JitNode* user = use.user;
+    if (!user->blocks().empty()) return true;  // carried into a loop or a branch: not followed
+    const c10::FunctionSchema* schema = user->maybeSchema();
+    if (!schema) {
+      // prim ops (list and tuple construction, unpacking) pass values on: follow them.
+      for (const JitValue* out : user->outputs())
+        if (may_be_written(out, depth + 1)) return true;
+      continue;
+    }
+    if (use.offset >= schema->arguments().size()) return true;  // (varargs)
+    const auto* alias = schema->arguments()[use.offset].alias_info();
+    if (!alias) continue;
+    if (alias->isWrite()) return true;
+    for (const JitValue* out : user->outputs())  // a view of it
+      if (may_be_written(out, depth + 1)) return true;
+  }
+  return false;
+}
+
+// The attribute path of `v` from the module ({} when it is not one).
+bool attribute_path(const Layout& l, const JitValue* v, std::vector<std::string>& path) {
+  if (v == l.self) return true;
+  const JitNode* n = v->node();
+  if (n->kind() != c10::prim::GetAttr) return false;
+  if (!attribute_path(l, n->input(0), path)) return false;
+  path.push_back(n->s(c10::attr::name));
+  return true;
+}
+
+// The values the forward's result flattens to, as results.h flattens it: tuples, lists and dicts
+// built in the graph, followed to their tensors.
+bool result_values(const JitValue* v, std::vector<JitValue*>& out) {
+  const JitNode* n = v->node();
+  if (tensor_type(v->type())) {
+    out.push_back(const_cast<JitValue*>(v));
+    return true;
+  }
+  if (v->type()->kind() == c10::TypeKind::NoneType) {
+    out.push_back(nullptr);
+    return true;
+  }
+  if (n->kind() == c10::prim::TupleConstruct || n->kind() == c10::prim::ListConstruct) {
+    for (const JitValue* in : n->inputs())
+      if (!result_values(in, out)) return false;
+    return true;
+  }
+  if (n->kind() == c10::prim::DictConstruct) {
+    for (size_t i = 1; i < n->inputs().size(); i += 2)
+      if (!result_values(n->input(i), out)) return false;
+    return true;
+  }
+  return false;
+}
+
+uint64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(t.element_size()) : 0;
+}
+
+at::Tensor on_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::empty(t.sizes(), t.options().device(c10::kMeta));
+}
+
+// The bytes each top-level node makes (its tensor results that are not views of what exists),
+// from one run of a copy of the graph returning every one of them, on meta tensors.
+std::optional<std::vector<uint64_t>> measure(const Call& call, const torch::jit::Module& target, const Tensors& args,
+                                             const Layout& l,
+                                             std::unordered_map<const JitValue*, uint64_t>& value_bytes) {
+  std::unordered_map<JitValue*, JitValue*> copies;
+  auto copy = std::make_shared<torch::jit::Graph>();
+  for (JitValue* in : l.graph->inputs()) copies[in] = copy->addInput()->setType(in->type());
+  std::vector<std::pair<size_t, JitValue*>> measured;  // (position, value of the original)
+  for (size_t i = 0; i < l.nodes.size(); ++i) {
+    JitNode* c = copy->createClone(l.nodes[i], [&](JitValue* v) { return copies.at(v); });
+    copy->insertNode(c);
+    for (size_t k = 0; k < c->outputs().size(); ++k) {
+      copies[l.nodes[i]->output(k)] = c->output(k);
+      if (tensor_type(c->output(k)->type())) measured.emplace_back(i, l.nodes[i]->output(k));
+    }
+  }
+  if (measured.empty()) return std::nullopt;
+  std::vector<JitValue*> outs;
+  for (const auto& [i, v] : measured) outs.push_back(copies.at(v));
+  copy->registerOutput(copy->insertNode(copy->createTuple(outs))->output());
+  Tensors meta_args(args.size());
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> stand_in;
+  for (size_t i = 0; i < args.size(); ++i) {
+    meta_args[i] = args[i].defined() && !args[i].is_meta() ? on_meta(args[i]) : args[i];
+    if (args[i].defined()) stand_in[args[i].unsafeGetTensorImpl()] = meta_args[i];
+  }
+  const torch::jit::Module meta = twin(call.module, target, [&](const at::Tensor& t) {
+    const auto found = stand_in.find(t.unsafeGetTensorImpl());
+    return found != stand_in.end() ? found->second : t.defined() && !t.is_meta() ? on_meta(t) : t;
+  });
+  std::vector<c10::IValue> stack = forward_arguments(call, meta, meta_args);
+  stack.insert(stack.begin(), meta._ivalue());
+  try {
+    const c10::NoGradGuard no_grad;
+    const UnobservedStats unobserved;
+    const torch::jit::GraphOptimizerEnabledGuard unoptimized(false);
+    torch::jit::GraphFunction function("koila_measure", copy, nullptr);
+    function.run(stack);
+  } catch (const std::exception&) {
+    return std::nullopt;  // (meta tensors cannot run it: the call runs whole)
+  }
+  if (stack.size() != 1 || !stack[0].isTuple()) return std::nullopt;
+  const std::vector<c10::IValue> values = stack[0].toTupleRef().elements().vec();
+  stack = values;
+  if (stack.size() != measured.size()) return std::nullopt;
+  std::vector<uint64_t> made(l.nodes.size(), 0);
+  std::unordered_set<const c10::TensorImpl*> counted;
+  for (const at::Tensor& a : meta_args)
+    if (a.defined()) counted.insert(a.unsafeGetTensorImpl());
+  for (size_t k = 0; k < measured.size(); ++k) {
+    if (!stack[k].isTensor()) continue;
+    const at::Tensor t = stack[k].toTensor();
+    const uint64_t bytes = tensor_bytes(t);
+    value_bytes[measured[k].second] = bytes;
+    if (t.is_view() || !counted.insert(t.unsafeGetTensorImpl()).second) continue;
+    made[measured[k].first] += bytes;
+  }
+  return made;
+}
+
+// The cut after each node where one is allowed, and the values crossing it.
+struct Cuts {
+  std::vector<bool> allowed;                           // after node i
+  std::vector<std::vector<const JitValue*>> crossing;  // at each allowed cut
+};
+
+Cuts allowed_cuts(const Layout& l) {
+  const size_t n = l.nodes.size();
+  Cuts cuts;
+  cuts.allowed.assign(n, true);
+  cuts.crossing.assign(n, {});
+  if (n > 0) cuts.allowed[n - 1] = false;  // (the end)
+  const auto consider = [&](const JitValue* v) {
+    if (l.rederived.count(v)) return;
+    size_t last = 0;
+    bool used = false;
+    for (const torch::jit::Use& use : v->uses()) {
+      last = std::max(last, top_position(l, use.user));
+      used = true;
+    }
+    if (!used) return;
+    const int64_t made = made_at(l, v);
+    const size_t from = made < 0 ? 0 : static_cast<size_t>(made);
+    if (last == 0 || from >= last) return;
+    const bool ok = (tensor_type(v->type()) || plain_type(v->type())) && !may_be_written(v);
+    // Crossing every cut from its making to its last reader (a graph input, from the start: the
+    // segments that read it take it as an input; it may not be written either).
+    for (size_t c = from; c < last && c < n; ++c) {
+      if (!ok) cuts.allowed[c] = false;
+      if (made >= 0) cuts.crossing[c].push_back(v);
+    }
+  };
+  for (size_t i = 1; i < l.graph->inputs().size(); ++i) {
+    const JitValue* in = l.graph->inputs()[i];
+    if (!(tensor_type(in->type()) || plain_type(in->type())) || may_be_written(in))
+      return Cuts{std::vector<bool>(n, false), {}};
+  }
+  for (const JitNode* node : l.nodes)
+    for (const JitValue* out : node->outputs()) consider(out);
+  return cuts;
+}
+
+// Chen et al.'s greedy: segments of at most `most` bytes made, cut where allowed; the cuts and
+// the modelled peak (kept values plus twice the largest segment).
+std::vector<size_t> greedy(const Cuts& cuts, const std::vector<uint64_t>& made,
+                           const std::unordered_map<const JitValue*, uint64_t>& value_bytes, double most,
+                           uint64_t& kept, uint64_t& largest) {
+  std::vector<size_t> chosen;
+  std::unordered_set<const JitValue*> kept_values;
+  kept = largest = 0;
+  uint64_t in_segment = 0;
+  for (size_t i = 0; i < made.size(); ++i) {
+    in_segment += made[i];
+    const bool last = i + 1 == made.size();
+    const bool next_overflows = !last && static_cast<double>(in_segment + made[i + 1]) > most;
+    if (!last && cuts.allowed[i] && next_overflows) {
+      chosen.push_back(i);
+      for (const JitValue* v : cuts.crossing[i])
+        if (kept_values.insert(v).second) {
+          const auto found = value_bytes.find(v);
+          kept += found == value_bytes.end() ? 0 : found->second;
+        }
+      largest = std::max(largest, in_segment);
+      in_segment = 0;
+    }
+  }
+  largest = std::max(largest, in_segment);
+  return chosen;
+}
+
+Layout layout_of(const std::shared_ptr<torch::jit::Graph>& graph) {
+  Layout l;
+  l.graph = graph;
+  for (JitNode* n : graph->block()->nodes()) {
+    l.position[n] = l.nodes.size();
+    l.nodes.push_back(n);
+  }
+  l.self = graph->inputs().empty() ? nullptr : graph->inputs()[0];
+  if (l.self) l.rederived.insert(l.self);
+  for (JitNode* n : l.nodes) {
+    const bool constant = n->kind() == c10::prim::Constant;
+    const bool attribute = n->kind() == c10::prim::GetAttr && l.rederived.count(n->input(0));
+    if (constant || attribute)
+      for (const JitValue* out : n->outputs()) l.rederived.insert(out);
+  }
+  return l;
+}
+
+// Makes segment [first, last] of `l` a function: its rederived values made again inside it.
+CallSegment make_segment(const Layout& l, size_t first, size_t last,
+                         const std::unordered_set<const JitValue*>& wanted) {
+  CallSegment s;
+  auto g = std::make_shared<torch::jit::Graph>();
+  std::unordered_map<JitValue*, JitValue*> inside;
+  inside[l.self] = g->addInput()->setType(l.self->type());
+  std::function<JitValue*(JitValue*)> map = [&](JitValue* v) -> JitValue* {
+    const auto found = inside.find(v);
+    if (found != inside.end()) return found->second;
+    if (l.rederived.count(v)) {  // a constant or an attribute: made again here
+      JitNode* c = g->createClone(v->node(), map);
+      g->insertNode(c);
+      for (size_t k = 0; k < c->outputs().size(); ++k) inside[v->node()->output(k)] = c->output(k);
+      return inside.at(v);
+    }
+    JitValue* input = g->addInput()->setType(v->type());
+    s.inputs.push_back(v);
+    inside[v] = input;
+    return input;
+  };
+  for (size_t i = first; i <= last; ++i) {
+    JitNode* original = l.nodes[i];
+    if (original->kind() == c10::prim::Constant ||
+        (original->kind() == c10::prim::GetAttr && l.rederived.count(original->output(0))))
+      continue;  // made where used
+    JitNode* c = g->createClone(original, map);
+    g->insertNode(c);
+    for (size_t k = 0; k < c->outputs().size(); ++k) inside[original->output(k)] = c->output(k);
+  }
+  std::vector<JitValue*> outs;
+  for (size_t i = first; i <= last; ++i)
+    for (JitValue* out : l.nodes[i]->outputs()) {
+      if (l.rederived.count(out) || !wanted.count(out)) continue;
+      s.outputs.push_back(out);
+      outs.push_back(inside.at(out));
+    }
+  // (A function returns one value: a tuple of the segment's.)
+  g->registerOutput(g->insertNode(g->createTuple(outs))->output());
+  s.function = std::make_shared<torch::jit::GraphFunction>("koila_segment", g, nullptr);
+  return s;
+}
+
+std::shared_ptr<const CallSegments> segments_of(const Call& call, const torch::jit::Module& target,
+                                                const Tensors& args) {
+  const std::shared_ptr<torch::jit::Graph> graph = call.module.get_method("forward").graph();
+  const Layout l = layout_of(graph);
+  if (!l.self || l.nodes.size() < 2 || graph->outputs().size() != 1) return nullptr;
+  auto out = std::make_shared<CallSegments>();
+  out->graph = graph;
+  if (!result_values(graph->outputs()[0], out->results)) return nullptr;
+  for (const JitValue* r : out->results)
+    if (r && l.rederived.count(r)) return nullptr;  // (a parameter returned as it is)
+  const Cuts cuts = allowed_cuts(l);
+  if (std::none_of(cuts.allowed.begin(), cuts.allowed.end(), [](bool b) { return b; })) return nullptr;
+  std::unordered_map<const JitValue*, uint64_t> value_bytes;
+  const std::optional<std::vector<uint64_t>> made = measure(call, target, args, l, value_bytes);
+  if (!made) return nullptr;
+  uint64_t total = 0, biggest = 1;
+  for (uint64_t b : *made) {
+    total += b;
+    biggest = std::max(biggest, b);
+  }
+  // The segment size with the least modelled peak, over a geometric series.
+  std::vector<size_t> best;
+  double best_peak = -1;
+  for (double most = static_cast<double>(biggest); most <= 2.0 * static_cast<double>(total) + 1; most *= 1.25) {
+    uint64_t kept = 0, largest = 0;
+    std::vector<size_t> chosen = greedy(cuts, *made, value_bytes, most, kept, largest);
+    const double peak = static_cast<double>(kept) + 2.0 * static_cast<double>(largest);
+    if (!chosen.empty() && (best_peak < 0 || peak < best_peak)) {
+      best_peak = peak;
+      best = std::move(chosen);
+      out->kept_bytes = kept;
+      out->largest_segment_bytes = largest;
+    }
+  }
+  if (best.empty()) return nullptr;
+  // The values wanted out of a segment: those read by a later segment, and the results.
+  std::unordered_set<const JitValue*> wanted(out->results.begin(), out->results.end());
+  for (size_t c : best)
+    for (const JitValue* v : cuts.crossing[c]) wanted.insert(v);
+  size_t first = 0;
+  best.push_back(l.nodes.size() - 1);
+  for (size_t last : best) {
+    out->segments.push_back(make_segment(l, first, last, wanted));
+    first = last + 1;
+  }
+  // Tensors the forward writes in place (read from copies by the second run).
+  std::set<std::vector<std::string>> written_paths;
+  for (const JitNode* n : l.nodes) {
+    std::vector<const JitValue*> candidates;
+    if (n->kind() == c10::prim::GetAttr && tensor_type(n->output()->type()) && l.rederived.count(n->output()) &&
+        may_be_written(n->output()))
+      candidates.push_back(n->output());
+    const std::string kind = n->kind().toQualString();
+    if ((kind == "koila::batch_norm" || kind == "aten::batch_norm") && n->inputs().size() > 4) {
+      candidates.push_back(n->input(3));
+      candidates.push_back(n->input(4));
+    }
+    for (const JitValue* v : candidates) {
+      std::vector<std::string> path;
+      if (attribute_path(l, v, path) && !path.empty()) written_paths.insert(path);
+    }
+  }
+  out->written.assign(written_paths.begin(), written_paths.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<c10::IValue> forward_arguments(const Call& call, const torch::jit::Module& target, const Tensors& args) {
+  std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(call.n_inputs));
+  stack.insert(stack.begin(), target._ivalue());
+  call.module.get_method("forward").function().getSchema().checkAndNormalizeInputs(stack, {});
+  stack.erase(stack.begin());
+  return stack;
+}
+
+std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch::jit::Module& target,
+                                                  const Tensors& args) {
+  // By graph and the inputs' shapes and dtypes (the graph is kept alive by its entry).
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(call.module.get_method("forward").graph().get()));
+  for (size_t i = 0; i < call.n_inputs && i < args.size(); ++i) {
+    key += "|";
+    if (!args[i].defined()) continue;
+    key += std::string(c10::toString(args[i].scalar_type()));
+    for (int64_t d : args[i].sizes()) key += "," + std::to_string(d);
+  }
+  struct Entry {
+    std::shared_ptr<torch::jit::Graph> graph;  // (its address is in the key)
+    std::shared_ptr<const CallSegments> segments;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Entry> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = known.find(key);
+    if (found != known.end()) return found->second.segments;
+  }
+  // On a thread of its own: the measuring run's meta tensors are not the simulation's that
+  // calls this (meta_counter.h counts this thread's).
+  Entry made{call.module.get_method("forward").graph(), nullptr};
+  std::exception_ptr failure;
+  std::thread([&] {
+    try {
+      made.segments = segments_of(call, target, args);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }).join();
+  if (failure) std::rethrow_exception(failure);
+  std::lock_guard<std::mutex> lock(mutex);
+  return known.emplace(key, std::move(made)).first->second.segments;
+}
+
+}  // namespace koila::module_detail

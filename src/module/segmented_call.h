@@ -1,0 +1,44 @@
+// Internal to module/ (only src/module/*.cpp include it): a module call or exported program run
+// in segments of its own graph, each recomputed in the backward (issue 51). A TorchScript module
+// or .pt2 program is one op of koila's graph, so recomputing koila's ops cannot free what the
+// module keeps for its backward; where a plan asks (segmenting_programs(), run/recompute.h), the
+// call's forward runs its graph in segments without autograd, keeping only the values that
+// cross from one segment to the next, and one autograd node runs each segment again with
+// autograd, last to first, to differentiate it. A whole-model call's backward then holds the
+// boundaries and one segment's activations rather than the whole model's.
+//
+// The granularity is the module's forward graph after koila inlined it (op_routes.h): its
+// top-level nodes, one TorchScript operator each (a loop or a branch is one node with what runs
+// inside it). A cut between two nodes is allowed where every value crossing it is a tensor that
+// no later node writes in place, or a value holding no tensor (an int, a list of ints for a
+// shape, a device); the module's attributes (parameters, buffers, submodules) and constants are
+// read again in each segment rather than crossing. Tuples, lists of tensors and objects never
+// cross.
+//
+// The cuts: the sizes of every value come from one run of the graph on meta tensors; of the
+// allowed cuts, Chen et al.'s greedy (2016) takes segments of at most S bytes of values, for the
+// S (searched over a geometric series) that gives the least peak modelled as the values kept at
+// cuts plus twice the largest segment's. The planner simulates the result, as every plan.
+//
+// Exact as koila's recomputation (run/recompute.h): random generators replayed per segment,
+// buffers the forward writes in place (batch norm's running statistics, counters) read by the
+// second run from copies taken before the first, batch statistics not observed twice.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <optional>
+
+#include "koila.h"
+#include "module/call.h"
+
+namespace koila::module_detail {
+
+// The call's results, flattened (results.h), run in segments with `target` (the module or the
+// twin run_call chose) when a plan asks for it now, grad mode is on, some argument requires
+// grad, and the graph has a cut; nullopt otherwise (the call runs whole). Failures are the
+// call's (fail_forward with `fallback`).
+std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module& target, const Tensors& args,
+                                     koila_code fallback);
+
+}  // namespace koila::module_detail
