@@ -12,13 +12,13 @@
 
    usage: koila_example_train_resume CNN.pt DIR [steps] [save_every] [batch] */
 #define _POSIX_C_SOURCE 200809L
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "checkpoint.h"
+#include "cnn_graph.h"
 #include "koila.h"
 #include "synthetic_images.h"
 
@@ -29,79 +29,8 @@ static void check(koila_status *s, const char *what) {
   exit(1);
 }
 
-/* The number in DIR/latest, or -1 when there is no checkpoint yet. */
-static long read_latest(const char *dir) {
-  char path[4096];
-  long steps = -1;
-  FILE *f;
-  snprintf(path, sizeof path, "%s/latest", dir);
-  f = fopen(path, "r");
-  if (f == NULL) return -1;
-  if (fscanf(f, "%ld", &steps) != 1) steps = -1;
-  fclose(f);
-  return steps;
-}
-
-/* Replaces DIR/latest with `steps`: a temporary flushed to disk, renamed over it, and the
-   folder flushed, as koila saves its own files. */
-static void write_latest(const char *dir, long steps) {
-  char tmp[4096], path[4096];
-  FILE *f;
-  int fd;
-  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
-  snprintf(path, sizeof path, "%s/latest", dir);
-  f = fopen(tmp, "w");
-  if (f == NULL || fprintf(f, "%ld\n", steps) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0 ||
-      rename(tmp, path) != 0) {
-    perror("writing the checkpoint's number");
-    exit(1);
-  }
-  fd = open(dir, O_RDONLY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
-static void checkpoint_paths(const char *dir, long steps, char *model, char *state, size_t size) {
-  snprintf(model, size, "%s/model-%ld.pt", dir, steps);
-  snprintf(state, size, "%s/optimizer-%ld.state", dir, steps);
-}
-
 /* The learning rate of step `step` (1-based): halved every 4 steps. */
 static double schedule(long step) { return 2e-3 * pow(0.5, (double)((step - 1) / 4)); }
-
-/* One batch's loss graph: the inputs (samples first .. first + batch of the pool), the lazy
-   views, the module call and the loss. */
-struct batch_graph {
-  koila_tensor *images, *labels, *x, *y, *logits, *loss;
-};
-
-static void build_graph(struct batch_graph *g, koila_module *net, const float *images, const int64_t *labels,
-                        int64_t first, int64_t batch) {
-  const int64_t image_shape[4] = {batch, 3, 32, 32}, label_shape[1] = {batch};
-  memset(g, 0, sizeof *g);
-  check(koila_tensor_from_data(&g->images, images + first * SYNTHETIC_PIXELS,
-                               (size_t)(batch * SYNTHETIC_PIXELS) * sizeof *images, KOILA_FLOAT32, image_shape, 4,
-                               "cpu"),
-        "images");
-  check(koila_tensor_from_data(&g->labels, labels + first, (size_t)batch * sizeof *labels, KOILA_INT64, label_shape,
-                               1, "cpu"),
-        "labels");
-  check(koila_lazy(&g->x, g->images, 0), "koila_lazy");
-  check(koila_lazy(&g->y, g->labels, 0), "koila_lazy");
-  check(koila_module_forward(&g->logits, net, &g->x, 1), "koila_module_forward");
-  check(koila_cross_entropy(&g->loss, g->logits, g->y, KOILA_REDUCTION_MEAN), "koila_cross_entropy");
-}
-
-static void free_graph(struct batch_graph *g) {
-  koila_tensor_free(g->loss);
-  koila_tensor_free(g->logits);
-  koila_tensor_free(g->y);
-  koila_tensor_free(g->x);
-  koila_tensor_free(g->labels);
-  koila_tensor_free(g->images);
-}
 
 int main(int argc, char **argv) {
   const char *cnn = argc > 1 ? argv[1] : NULL, *dir = argc > 2 ? argv[2] : NULL;
@@ -116,7 +45,7 @@ int main(int argc, char **argv) {
   long done, step;
   char model_path[4096], state_path[4096];
   uint64_t current = 0, budget = 0;
-  unsigned long long hash = 1469598103934665603ULL;
+  unsigned long long hash = 0;
 
   if (cnn == NULL || dir == NULL || steps < 1 || save_every < 1 || batch < 1) {
     fprintf(stderr, "usage: %s CNN.pt DIR [steps >= 1] [save_every >= 1] [batch >= 1]\n", argv[0]);
@@ -140,14 +69,14 @@ int main(int argc, char **argv) {
   /* The budget: what the process holds before any optimizer state or gradient, plus a
      sixth of what an unsplit step needs beyond it (the same in every process of the run). */
   {
-    struct batch_graph g;
+    struct cnn_graph g;
     koila_plan *plan = NULL;
-    build_graph(&g, net, images, labels, 0, batch);
+    build_cnn_graph(&g, net, images, labels, 0, batch);
     check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
     check(koila_memory_stats("cpu", &current, NULL), "koila_memory_stats");
     budget = current + (koila_plan_full_peak_bytes(plan) - current) / 6;
     koila_plan_free(plan);
-    free_graph(&g);
+    free_cnn_graph(&g);
     check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
   }
 
@@ -161,10 +90,10 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   for (step = done + 1; step <= steps; ++step) {
-    struct batch_graph g;
+    struct cnn_graph g;
     koila_plan *plan = NULL;
     double value = 0, norm = 0;
-    build_graph(&g, net, images, labels, ((step - 1) % 4) * batch, batch);
+    build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch, batch);
     check(koila_optimizer_set_lr(opt, schedule(step)), "koila_optimizer_set_lr");
     check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
     check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
@@ -176,36 +105,14 @@ int main(int argc, char **argv) {
            (long long)koila_plan_num_chunks(plan), (long long)koila_plan_chunk_size(plan));
     fflush(stdout);
     koila_plan_free(plan);
-    free_graph(&g);
+    free_cnn_graph(&g);
 
-    if (step % save_every == 0 && step < steps) {
-      char old_model[4096], old_state[4096];
-      const long previous = read_latest(dir);
-      checkpoint_paths(dir, step, model_path, state_path, sizeof model_path);
-      check(koila_module_save(net, model_path), "koila_module_save");
-      check(koila_optimizer_save(opt, state_path), "koila_optimizer_save");
-      write_latest(dir, step);
-      if (previous >= 0 && previous != step) {
-        checkpoint_paths(dir, previous, old_model, old_state, sizeof old_model);
-        remove(old_model);
-        remove(old_state);
-      }
-    }
+    if (step % save_every == 0 && step < steps) check(save_checkpoint(dir, step, net, opt), "saving a checkpoint");
   }
 
   snprintf(model_path, sizeof model_path, "%s/final.pt", dir);
   check(koila_module_save(net, model_path), "koila_module_save");
-  for (i = 0; i < n_params; ++i) {
-    int64_t dims[8];
-    size_t ndim = 0, count = 1, k;
-    unsigned char *bytes;
-    check(koila_tensor_shape(params[i], dims, 8, &ndim), "koila_tensor_shape");
-    for (k = 0; k < ndim; ++k) count *= (size_t)dims[k];
-    bytes = malloc(count * sizeof(float));
-    check(koila_tensor_to_host(params[i], bytes, count * sizeof(float)), "koila_tensor_to_host");
-    for (k = 0; k < count * sizeof(float); ++k) hash = (hash ^ bytes[k]) * 1099511628211ULL;
-    free(bytes);
-  }
+  hash = parameters_fnv1a(params, n_params);
   printf("finished %ld steps; parameters fnv1a %016llx\n", steps, hash);
 
   koila_optimizer_free(opt);

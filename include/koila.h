@@ -855,6 +855,29 @@ KOILA_API void koila_optimizer_free(koila_optimizer *o);
    disposition the program set itself is kept. */
 KOILA_API koila_status *koila_group_new(koila_group **out, const char *backend, const char *init,
                                         int rank, int world_size, int64_t timeout_ms);
+/* Joins the group that a launcher describes in the environment, as torchrun
+   (torch.distributed.run; --no-python for programs that are not Python) sets it for each
+   worker: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and LOCAL_RANK (the CUDA device of
+   "nccl" is cuda:LOCAL_RANK). Where TORCHELASTIC_USE_AGENT_STORE is "True", the store at
+   MASTER_ADDR:MASTER_PORT is the launcher's and the worker joins it as torch.distributed's own
+   env:// initialization does (a client, its keys under "/worker/attempt_N" for
+   TORCHELASTIC_RESTART_COUNT=N, so that restarted workers meet afresh); otherwise rank 0
+   listens there. Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback
+   when MASTER_ADDR is a loopback address, else this machine's address on the route to
+   MASTER_ADDR. A missing or malformed variable is KOILA_ERROR_INVALID_ARGUMENT naming it.
+   Timeouts and failures as koila_group_new (a store that cannot be reached: KOILA_ERROR_IO
+   within timeout_ms).
+   Who can join: c10d's store and Gloo's connections have no authentication. Anything that
+   reaches MASTER_ADDR:MASTER_PORT (or the ports Gloo's pairs listen on) can join or disturb
+   the group; a stranger's connection fails the group's calls with KOILA_ERROR_IO (within
+   the timeout), it does not crash or hang them. Keep a group on a private network: a
+   MASTER_ADDR on an interface only the workers reach (not 0.0.0.0, not a public address),
+   GLOO_SOCKET_IFNAME naming that interface, and a firewall closing the ports to others. */
+KOILA_API koila_status *koila_group_new_from_env(koila_group **out, const char *backend,
+                                                 int64_t timeout_ms);
+/* LOCAL_RANK for a group joined from the environment; the rank for one made by
+   koila_group_new; -1 for NULL. */
+KOILA_API int koila_group_local_rank(const koila_group *g);
 /* -1 for NULL. */
 KOILA_API int koila_group_rank(const koila_group *g);
 /* -1 for NULL. */

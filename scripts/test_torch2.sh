@@ -16,10 +16,12 @@ echo "test_torch2: building against $("$venv/bin/python" -c 'import torch; print
 #   - the benchmark programs (the GPU machine's check, shared/gpu/check.sh, also builds and
 #     runs them against its 2.x);
 #   - the bindings, which reach koila through its C API only, the same in both.
+# torchrun, for the launcher tests (tests/launcher: workers that join from its environment), is
+# the venv's: Debian's 1.13 one cannot launch programs that are not Python on Python 3.11.
 # The library compiles in unity batches here (KOILA_UNITY_BUILD): the first configuration
 # compiles each file alone.
 KOILA_BUILD_DIR=$build "$root/scripts/build.sh" -DCMAKE_PREFIX_PATH="$prefix" -DKOILA_CORPUS_PYTHON="$venv/bin/python" \
-    -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON
+    -DKOILA_BUILD_BENCHMARKS=OFF -DKOILA_BUILD_BINDINGS=OFF -DKOILA_UNITY_BUILD=ON -DKOILA_TORCHRUN="$venv/bin/torchrun"
 # The example killed and restarted (c.example_train_resume_killed, half a minute) runs in the
 # 1.13 configuration only: it drives koila's C API, whose saves the AtomicSave kill tests
 # check here against this LibTorch.

@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -271,6 +273,131 @@ TEST(Groups, UnreachableInitIsAnIoErrorWithinTheTimeout) {
   }
 }
 
+// ---- from a launcher's environment (issue 52) ---------------------------------------------
+
+// The launcher's variables set for one test, and put back as they were after it.
+class LauncherEnv {
+ public:
+  explicit LauncherEnv(std::map<std::string, std::string> values) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                             "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"}) {
+      const char* before = std::getenv(name);
+      saved_.emplace_back(name, before ? std::optional<std::string>(before) : std::nullopt);
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : values) setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~LauncherEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+std::map<std::string, std::string> one_rank_env(uint16_t port) {
+  return {{"RANK", "0"},
+          {"WORLD_SIZE", "1"},
+          {"LOCAL_RANK", "0"},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
+}
+
+TEST(Groups, FromTheEnvironmentAMissingOrMalformedVariableIsNamed) {
+  const uint16_t port = static_cast<uint16_t>(free_port());
+  const std::vector<std::pair<std::string, std::string>> bad = {{"RANK", ""},
+                                                                {"RANK", "one"},
+                                                                {"RANK", "1"},
+                                                                {"RANK", "-1"},
+                                                                {"WORLD_SIZE", "0"},
+                                                                {"WORLD_SIZE", "2x"},
+                                                                {"LOCAL_RANK", "-3"},
+                                                                {"LOCAL_RANK", "0.5"},
+                                                                {"MASTER_ADDR", ""},
+                                                                {"MASTER_PORT", "0"},
+                                                                {"MASTER_PORT", "70000"},
+                                                                {"MASTER_PORT", "29500 "},
+                                                                {"TORCHELASTIC_RESTART_COUNT", "x"}};
+  for (const auto& [name, value] : bad) {
+    std::map<std::string, std::string> env = one_rank_env(port);
+    env[name] = value;
+    if (name == "TORCHELASTIC_RESTART_COUNT") env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    const LauncherEnv set(env);
+    koila_group* g = nullptr;
+    koila_status* s = koila_group_new_from_env(&g, "gloo", 1000);
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_INVALID_ARGUMENT) << name << "=\"" << value << "\"";
+    EXPECT_NE(std::string(koila_status_message(s)).find(name), std::string::npos) << koila_status_message(s);
+    EXPECT_EQ(g, nullptr);
+    koila_status_free(s);
+  }
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    std::map<std::string, std::string> env = one_rank_env(port);
+    env.erase(name);
+    const LauncherEnv set(env);
+    koila_group* g = nullptr;
+    koila_status* s = koila_group_new_from_env(&g, "gloo", 1000);
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_INVALID_ARGUMENT) << name;
+    EXPECT_NE(std::string(koila_status_message(s)).find(std::string("no ") + name), std::string::npos)
+        << koila_status_message(s);
+    koila_status_free(s);
+  }
+  {  // The launcher's store without its restart count.
+    std::map<std::string, std::string> env = one_rank_env(port);
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    const LauncherEnv set(env);
+    koila_group* g = nullptr;
+    koila_status* s = koila_group_new_from_env(&g, "gloo", 1000);
+    EXPECT_NE(std::string(koila_status_message(s)).find("TORCHELASTIC_RESTART_COUNT"), std::string::npos);
+    koila_status_free(s);
+  }
+  const LauncherEnv set(one_rank_env(port));
+  koila_group* g = nullptr;
+  EXPECT_EQ(code_of(koila_group_new_from_env(nullptr, "gloo", 1000)), KOILA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(code_of(koila_group_new_from_env(&g, nullptr, 1000)), KOILA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(code_of(koila_group_new_from_env(&g, "mpi", 1000)), KOILA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(code_of(koila_group_new_from_env(&g, "gloo", 0)), KOILA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(koila_group_local_rank(nullptr), -1);
+}
+
+// One rank alone from the environment (rank 0 listens at MASTER_PORT): its local rank is
+// LOCAL_RANK; the launcher's store that nobody serves is KOILA_ERROR_IO within the timeout.
+TEST(Groups, FromTheEnvironmentOneRankJoinsAndAnUnservedStoreIsAnIoError) {
+  {
+    std::map<std::string, std::string> env = one_rank_env(static_cast<uint16_t>(free_port()));
+    env["LOCAL_RANK"] = "3";
+    const LauncherEnv set(env);
+    koila_group* g = nullptr;
+    ASSERT_EQ(koila_group_new_from_env(&g, "gloo", 5000), nullptr);
+    EXPECT_EQ(koila_group_rank(g), 0);
+    EXPECT_EQ(koila_group_size(g), 1);
+    EXPECT_EQ(koila_group_local_rank(g), 3);
+    koila_group_free(g);
+  }
+  std::map<std::string, std::string> env = one_rank_env(static_cast<uint16_t>(free_port()));
+  env["RANK"] = "1";
+  env["WORLD_SIZE"] = "2";
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["TORCHELASTIC_RESTART_COUNT"] = "0";
+  const LauncherEnv set(env);
+  for (const char* agent : {"True", "False"}) {  // (rank 1 is a client either way)
+    setenv("TORCHELASTIC_USE_AGENT_STORE", agent, 1);
+    koila_group* g = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    koila_status* s = koila_group_new_from_env(&g, "gloo", 800);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(koila_status_code(s), KOILA_ERROR_IO) << koila_status_message(s);
+    EXPECT_EQ(g, nullptr);
+    EXPECT_LT(ms, 800 + 3000.0);
+    koila_status_free(s);
+  }
+}
+
 TEST(Groups, OneRankGroupIsAPlainBackward) {
   const koila_tests::TempDir dir("koila_group_");
   const std::string init = "file://" + (dir / "store");
@@ -278,6 +405,7 @@ TEST(Groups, OneRankGroupIsAPlainBackward) {
   ASSERT_EQ(koila_group_new(&g, "gloo", init.c_str(), 0, 1, 5000), nullptr);
   EXPECT_EQ(koila_group_rank(g), 0);
   EXPECT_EQ(koila_group_size(g), 1);
+  EXPECT_EQ(koila_group_local_rank(g), 0);  // (its rank, for a group made by koila_group_new)
   group_model::Model model;
   ASSERT_EQ(group_model::make_params(&model, 100), nullptr);
   EXPECT_EQ(koila_group_broadcast(g, model.params, group_model::kParams, 0), nullptr);

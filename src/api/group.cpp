@@ -31,7 +31,21 @@ KOILA_API koila_status* koila_group_new(koila_group** out, const char* backend, 
   });
 }
 
+KOILA_API koila_status* koila_group_new_from_env(koila_group** out, const char* backend, int64_t timeout_ms) {
+  return guard(__func__, [&] {
+    arg::out(out);
+    arg::not_null(backend, "backend");
+    if (timeout_ms <= 0)
+      fail(KOILA_ERROR_INVALID_ARGUMENT, "timeout_ms must be positive, got " + std::to_string(timeout_ms));
+    auto group = std::make_unique<koila_group>();
+    group->group = Group::from_env(backend, std::chrono::milliseconds(timeout_ms));
+    *out = group.release();
+  });
+}
+
 KOILA_API int koila_group_rank(const koila_group* g) { return g ? g->group->rank() : -1; }
+
+KOILA_API int koila_group_local_rank(const koila_group* g) { return g ? g->group->local_rank() : -1; }
 
 KOILA_API int koila_group_size(const koila_group* g) { return g ? g->group->size() : -1; }
 

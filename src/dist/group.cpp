@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <utility>
 
 #include "base/error.h"
 #include "dist/agreement.h"
@@ -29,7 +30,16 @@ int64_t elements_of(const std::vector<at::Tensor>& ts) {
 }  // namespace
 
 Group::Group(const std::string& backend, const std::string& init, int rank, int size, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), comm_(dist::join(backend, init, rank, size, timeout)) {}
+    : rank_(rank), size_(size), local_rank_(rank), comm_(dist::join(backend, init, rank, size, timeout)) {}
+
+Group::Group(int rank, int size, int local_rank, std::unique_ptr<Comm> comm)
+    : rank_(rank), size_(size), local_rank_(local_rank), comm_(std::move(comm)) {}
+
+std::unique_ptr<Group> Group::from_env(const std::string& backend, std::chrono::milliseconds timeout) {
+  const dist::LauncherEnv env = dist::read_launcher_env();
+  std::unique_ptr<Comm> comm = dist::join(backend, env, timeout);
+  return std::unique_ptr<Group>(new Group(env.rank, env.size, env.local_rank, std::move(comm)));
+}
 
 Group::~Group() = default;
 

@@ -25,12 +25,15 @@ class Group {
  public:
   // Joins (KOILA_ERROR_IO when the others do not come within `timeout`).
   Group(const std::string& backend, const std::string& init, int rank, int size, std::chrono::milliseconds timeout);
+  // Joins the group a launcher describes in the environment (koila_group_new_from_env).
+  static std::unique_ptr<Group> from_env(const std::string& backend, std::chrono::milliseconds timeout);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // LOCAL_RANK from a launcher, else the rank
 
   // Every rank ends with root's values of the tensors (concrete, same shapes on every rank).
   // `collect` reads the caller's arguments: a failure there fails every rank.
@@ -43,8 +46,11 @@ class Group {
   struct Comm;  // the c10d process group (dist/comm.h, internal to dist/)
 
  private:
+  Group(int rank, int size, int local_rank, std::unique_ptr<Comm> comm);
+
   const int rank_;
   const int size_;
+  const int local_rank_;
   std::unique_ptr<Comm> comm_;
 };
 

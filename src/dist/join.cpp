@@ -4,6 +4,7 @@
 #ifdef KOILA_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef KOILA_WITH_NCCL
 #include <ATen/cuda/CUDAContext.h>
@@ -17,11 +18,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
 #include "dist/agreement.h"
+#include "dist/local_address.h"
 
 namespace koila::dist {
 
@@ -31,7 +36,11 @@ struct Init {
   bool tcp = false;
   std::string host;  // tcp
   uint16_t port = 0;
-  std::string path;  // file
+  std::string path;          // file
+  bool client_only = false;  // tcp: a launcher's store, which no rank serves
+  std::string prefix;        // of the keys, in the store (a launcher's restart attempt)
+  int cuda_device = -1;      // "nccl": the device (-1: the current one)
+  std::string shown;         // in messages
 };
 
 Init parse_init(const std::string& init) {
@@ -67,25 +76,53 @@ Init parse_init(const std::string& init) {
 
 // The network device Gloo's pairs connect through: the interface GLOO_SOCKET_IFNAME names
 // (as PyTorch reads it), else loopback when the rendezvous is on this machine (a file, or
-// a loopback address), else the address this machine's hostname resolves to.
+// a loopback address), else this machine's address on the route to the store's (else what its
+// hostname resolves to).
 #ifdef KOILA_WITH_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const Init& init) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   if (!init.tcp || is_loopback(init.host)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  // The address on the route to the store's machine (what reaches the store reaches the others).
+  if (const std::string local = local_address_towards(init.host, init.port); !local.empty())
+    return c10d::ProcessGroupGloo::createDeviceForHostname(local);
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 #endif
 
+// A TCPStore, made on a thread of its own and waited for no longer than the timeout and a
+// second: a store that accepts the connection but never answers (a launcher of another PyTorch,
+// whose store expects a handshake LibTorch 1.13 does not send) blocks the client's first read
+// without a timeout of its own, and LibTorch 2.x's client retries a refused connection past
+// the timeout. The thread is then left to finish or block alone (it owns nothing of the caller's).
+c10::intrusive_ptr<c10d::Store> tcp_store(const Init& init, int rank, int size, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = init.port;
+  options.isServer = rank == 0 && !init.client_only;
+  options.numWorkers = static_cast<size_t>(size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Store>>>();
+  std::future<c10::intrusive_ptr<c10d::Store>> store = made->get_future();
+  std::thread([made, host = init.host, options] {
+    try {
+      made->set_value(c10::make_intrusive<c10d::TCPStore>(host, options));
+    } catch (...) {
+      made->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (store.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
+    throw std::runtime_error("the store at " + init.host + ":" + std::to_string(init.port) +
+                             " did not answer in time (nothing serves it there, or it is a launcher's of another "
+                             "PyTorch version: koila speaks the store protocol of the LibTorch it was built with)");
+  return store.get();
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const Init& init, int rank, int size, std::chrono::milliseconds timeout) {
   if (init.tcp) {
-    c10d::TCPStoreOptions options;
-    options.port = init.port;
-    options.isServer = rank == 0;
-    options.numWorkers = static_cast<size_t>(size);
-    options.waitWorkers = true;
-    options.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(init.host, options);
+    c10::intrusive_ptr<c10d::Store> store = tcp_store(init, rank, size, timeout);
+    if (!init.prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(init.prefix, store);
+    return store;
   }
   // FileStore's constructor opens the file before any timeout of ours applies; in LibTorch
   // 2.x it retries a file it cannot create for its own default timeout (minutes) instead of
@@ -115,14 +152,18 @@ void ignore_broken_pipes_left_at_default() {
 
 }  // namespace
 
-std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
-                                  std::chrono::milliseconds timeout) {
+namespace {
+
+void check_backend(const std::string& backend) {
+  if (backend != "gloo" && backend != "nccl")
+    fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
+}
+
+std::unique_ptr<Group::Comm> join_at(const std::string& backend, const Init& parsed, int rank, int size,
+                                     std::chrono::milliseconds timeout) {
   auto comm = std::make_unique<Group::Comm>();
   const bool nccl = backend == "nccl";
-  if (backend != "gloo" && !nccl)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
-  // Arguments first: a malformed init is the caller's mistake whatever this build supports.
-  const Init parsed = parse_init(init);
+  const std::string& init = parsed.shown;
 #ifndef KOILA_WITH_GLOO
   fail(KOILA_ERROR_UNSUPPORTED,
        "process groups are not available: koila was built without gloo's headers "
@@ -152,6 +193,7 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
       // process group is made; a caller's own setting wins.)
       setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
       setenv("NCCL_BLOCKING_WAIT", "1", 0);
+      if (parsed.cuda_device >= 0) c10::cuda::set_device(static_cast<c10::DeviceIndex>(parsed.cuda_device));
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       comm->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(comm->store, rank, size, options);
@@ -172,6 +214,33 @@ std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string&
                              " ms: " + current_error_text());
   }
   return comm;
+}
+
+}  // namespace
+
+std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
+                                  std::chrono::milliseconds timeout) {
+  check_backend(backend);
+  // Arguments first: a malformed init is the caller's mistake whatever this build supports.
+  Init parsed = parse_init(init);
+  parsed.shown = init;
+  return join_at(backend, parsed, rank, size, timeout);
+}
+
+std::unique_ptr<Group::Comm> join(const std::string& backend, const LauncherEnv& env,
+                                  std::chrono::milliseconds timeout) {
+  check_backend(backend);
+  Init parsed;
+  parsed.tcp = true;
+  parsed.host = env.host;
+  parsed.port = env.port;
+  parsed.client_only = env.agent_store;
+  parsed.prefix = env.prefix;
+  parsed.cuda_device = env.local_rank;
+  const bool v6 = env.host.find(':') != std::string::npos;
+  parsed.shown = "tcp://" + (v6 ? "[" + env.host + "]" : env.host) + ":" + std::to_string(env.port) +
+                 (env.agent_store ? " (the launcher's store, " + env.prefix + ")" : "");
+  return join_at(backend, parsed, env.rank, env.size, timeout);
 }
 
 }  // namespace koila::dist

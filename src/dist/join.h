@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/launcher_env.h"
 
 namespace koila::dist {
 
@@ -17,6 +18,10 @@ namespace koila::dist {
 // KOILA_ERROR_UNSUPPORTED for a backend this build lacks, and KOILA_ERROR_IO when the
 // others do not come within `timeout`.
 std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
+                                  std::chrono::milliseconds timeout);
+// The same for the group a launcher describes (launcher_env.h): its store at MASTER_ADDR:
+// MASTER_PORT (the launcher's, or rank 0's), and for "nccl" the CUDA device LOCAL_RANK.
+std::unique_ptr<Group::Comm> join(const std::string& backend, const LauncherEnv& env,
                                   std::chrono::milliseconds timeout);
 
 }  // namespace koila::dist

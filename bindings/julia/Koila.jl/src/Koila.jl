@@ -76,6 +76,6 @@ export TorchModule, forward, forward_all, train!, istraining, num_parameters, pa
        buffer_names, Optimizer, SGD, Adam, AdamW, step!
 export set_lr!, lr, load!, clip_grad_norm!
 export shared_tensor, shared_array, TensorArray, unsafe_from_dlpack, to_dlpack, dlpack_delete
-export ProcessGroup, group_rank, group_size, group_broadcast!, group_backward!
+export ProcessGroup, group_rank, group_local_rank, group_size, group_broadcast!, group_backward!
 
 end # module Koila

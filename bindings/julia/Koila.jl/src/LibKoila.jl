@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 05907aa689169752eadbec90fa13fd5cac3cec677982acdaccdcd5de1efb5fc4
+# Header sha256: a86cf20a87f41472890912346474f8b35d0d4d6270c8a71af33fc11fed0522db
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -348,6 +348,8 @@ const _fptr_koila_optimizer_step = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_zero_grad = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_free = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_new = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_new_from_env = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_group_local_rank = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_rank = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_size = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_group_broadcast = Ref{Ptr{Cvoid}}(C_NULL)
@@ -504,6 +506,8 @@ const _FUNCTIONS = (
     (:koila_optimizer_zero_grad, _fptr_koila_optimizer_zero_grad),
     (:koila_optimizer_free, _fptr_koila_optimizer_free),
     (:koila_group_new, _fptr_koila_group_new),
+    (:koila_group_new_from_env, _fptr_koila_group_new_from_env),
+    (:koila_group_local_rank, _fptr_koila_group_local_rank),
     (:koila_group_rank, _fptr_koila_group_rank),
     (:koila_group_size, _fptr_koila_group_size),
     (:koila_group_broadcast, _fptr_koila_group_broadcast),
@@ -2203,6 +2207,32 @@ function koila_group_new(out, backend, init, rank, world_size, timeout_ms)
     fptr = _fptr_koila_group_new[]
     fptr == C_NULL && _not_loaded(:koila_group_new)
     ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_group}}, Cstring, Cstring, Cint, Cint, Int64), out, backend, init, rank, world_size, timeout_ms)
+end
+
+"""
+    koila_group_new_from_env(out, backend, timeout_ms) -> Ptr{koila_status}
+
+C: `koila_status *koila_group_new_from_env(koila_group **out, const char *backend, int64_t timeout_ms);`
+
+Joins the group that a launcher describes in the environment, as torchrun (torch.distributed.run; --no-python for programs that are not Python) sets it for each worker: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and LOCAL_RANK (the CUDA device of "nccl" is cuda:LOCAL_RANK). Where TORCHELASTIC_USE_AGENT_STORE is "True", the store at MASTER_ADDR:MASTER_PORT is the launcher's and the worker joins it as torch.distributed's own env:// initialization does (a client, its keys under "/worker/attempt_N" for TORCHELASTIC_RESTART_COUNT=N, so that restarted workers meet afresh); otherwise rank 0 listens there. Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback when MASTER_ADDR is a loopback address, else this machine's address on the route to MASTER_ADDR. A missing or malformed variable is KOILA_ERROR_INVALID_ARGUMENT naming it. Timeouts and failures as koila_group_new (a store that cannot be reached: KOILA_ERROR_IO within timeout_ms). Who can join: c10d's store and Gloo's connections have no authentication. Anything that reaches MASTER_ADDR:MASTER_PORT (or the ports Gloo's pairs listen on) can join or disturb the group; a stranger's connection fails the group's calls with KOILA_ERROR_IO (within the timeout), it does not crash or hang them. Keep a group on a private network: a MASTER_ADDR on an interface only the workers reach (not 0.0.0.0, not a public address), GLOO_SOCKET_IFNAME naming that interface, and a firewall closing the ports to others.
+"""
+function koila_group_new_from_env(out, backend, timeout_ms)
+    fptr = _fptr_koila_group_new_from_env[]
+    fptr == C_NULL && _not_loaded(:koila_group_new_from_env)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_group}}, Cstring, Int64), out, backend, timeout_ms)
+end
+
+"""
+    koila_group_local_rank(g) -> Cint
+
+C: `int koila_group_local_rank(const koila_group *g);`
+
+LOCAL_RANK for a group joined from the environment; the rank for one made by koila_group_new; -1 for NULL.
+"""
+function koila_group_local_rank(g)
+    fptr = _fptr_koila_group_local_rank[]
+    fptr == C_NULL && _not_loaded(:koila_group_local_rank)
+    ccall(fptr, Cint, (Ptr{koila_group},), g)
 end
 
 """

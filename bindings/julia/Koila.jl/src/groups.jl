@@ -21,6 +21,31 @@ function ProcessGroup(backend::AbstractString, init::AbstractString; rank::Integ
 end
 
 """
+    ProcessGroup(backend; timeout = 30.0) -> ProcessGroup
+
+Joins the group a launcher describes in the environment, as torchrun
+(`torchrun --nproc-per-node N --no-python julia script.jl`) sets it for each worker: `RANK`,
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, and the launcher's own store where
+`TORCHELASTIC_USE_AGENT_STORE` is `"True"`. A missing or malformed variable throws a
+`KoilaError` (`KOILA_ERROR_INVALID_ARGUMENT`) naming it; timeouts and failures as the method
+above. c10d's store has no authentication: keep `MASTER_ADDR` on a private network.
+"""
+function ProcessGroup(backend::AbstractString; timeout::Real = 30.0)
+    (isfinite(timeout) && timeout > 0) || _argerror("timeout must be a positive number of seconds, got $timeout")
+    out = Ref{Ptr{koila_group}}(C_NULL)
+    @check LibKoila.koila_group_new_from_env(out, _cstr(backend, "backend"), round(Int64, timeout * 1000))
+    return ProcessGroup(out[])
+end
+
+"""
+    group_local_rank(g::ProcessGroup) -> Int
+
+`LOCAL_RANK` for a group joined from the environment (the CUDA device of `"nccl"`); the rank
+for one joined with an `init`.
+"""
+group_local_rank(g::ProcessGroup) = Int(LibKoila.koila_group_local_rank(g))
+
+"""
     group_rank(g::ProcessGroup) -> Int
 
 This process's rank, 0-based.

@@ -1308,6 +1308,36 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
+    #[doc = " Joins the group that a launcher describes in the environment, as torchrun"]
+    #[doc = "(torch.distributed.run; --no-python for programs that are not Python) sets it for each"]
+    #[doc = "worker: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and LOCAL_RANK (the CUDA device of"]
+    #[doc = "\"nccl\" is cuda:LOCAL_RANK). Where TORCHELASTIC_USE_AGENT_STORE is \"True\", the store at"]
+    #[doc = "MASTER_ADDR:MASTER_PORT is the launcher's and the worker joins it as torch.distributed's own"]
+    #[doc = "env:// initialization does (a client, its keys under \"/worker/attempt_N\" for"]
+    #[doc = "TORCHELASTIC_RESTART_COUNT=N, so that restarted workers meet afresh); otherwise rank 0"]
+    #[doc = "listens there. Gloo connects through the interface GLOO_SOCKET_IFNAME names, else loopback"]
+    #[doc = "when MASTER_ADDR is a loopback address, else this machine's address on the route to"]
+    #[doc = "MASTER_ADDR. A missing or malformed variable is KOILA_ERROR_INVALID_ARGUMENT naming it."]
+    #[doc = "Timeouts and failures as koila_group_new (a store that cannot be reached: KOILA_ERROR_IO"]
+    #[doc = "within timeout_ms)."]
+    #[doc = "Who can join: c10d's store and Gloo's connections have no authentication. Anything that"]
+    #[doc = "reaches MASTER_ADDR:MASTER_PORT (or the ports Gloo's pairs listen on) can join or disturb"]
+    #[doc = "the group; a stranger's connection fails the group's calls with KOILA_ERROR_IO (within"]
+    #[doc = "the timeout), it does not crash or hang them. Keep a group on a private network: a"]
+    #[doc = "MASTER_ADDR on an interface only the workers reach (not 0.0.0.0, not a public address),"]
+    #[doc = "GLOO_SOCKET_IFNAME naming that interface, and a firewall closing the ports to others."]
+    pub fn koila_group_new_from_env(
+        out: *mut *mut koila_group,
+        backend: *const ::std::os::raw::c_char,
+        timeout_ms: i64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " LOCAL_RANK for a group joined from the environment; the rank for one made by"]
+    #[doc = "koila_group_new; -1 for NULL."]
+    pub fn koila_group_local_rank(g: *const koila_group) -> ::std::os::raw::c_int;
+}
+extern "C" {
     #[doc = " -1 for NULL."]
     pub fn koila_group_rank(g: *const koila_group) -> ::std::os::raw::c_int;
 }

@@ -41,6 +41,28 @@ impl Group {
             .ok_or_else(|| Error::new(Code::Internal, "koila returned success but no group"))
     }
 
+    /// Joins the group a launcher describes in the environment, as torchrun
+    /// (`torchrun --nproc-per-node N --no-python ./program`) sets it for each worker: `RANK`,
+    /// `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, and the launcher's own store
+    /// where `TORCHELASTIC_USE_AGENT_STORE` is `True`. A missing or malformed variable is
+    /// [`Code::InvalidArgument`] naming it; timeouts and failures as [`Group::new`]. c10d's
+    /// store has no authentication: keep `MASTER_ADDR` on a private network.
+    pub fn from_env(backend: &str, timeout: Duration) -> Result<Group> {
+        let backend = c_string("backend", backend)?;
+        let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        let mut out: *mut sys::koila_group = ptr::null_mut();
+        check(unsafe { sys::koila_group_new_from_env(&mut out, backend.as_ptr(), ms) })?;
+        NonNull::new(out)
+            .map(|raw| Group { raw })
+            .ok_or_else(|| Error::new(Code::Internal, "koila returned success but no group"))
+    }
+
+    /// `LOCAL_RANK` for a group joined from the environment (the CUDA device of `"nccl"`);
+    /// the rank for one made by [`Group::new`].
+    pub fn local_rank(&self) -> i32 {
+        unsafe { sys::koila_group_local_rank(self.raw.as_ptr()) }
+    }
+
     /// This process's rank, 0..size().
     pub fn rank(&self) -> i32 {
         unsafe { sys::koila_group_rank(self.raw.as_ptr()) }

@@ -77,3 +77,28 @@ fn bad_arguments_give_clean_codes() {
     // Rank 1 of 2 where no rank 0 listens.
     assert_eq!(code(Group::new("gloo", "tcp://127.0.0.1:9", 1, 2, Duration::from_millis(300))), Code::Io);
 }
+
+/// A group of one joined from a launcher's environment (rank 0 listens at MASTER_PORT): its
+/// local rank is LOCAL_RANK; a missing variable is named. (The only test here that sets the
+/// environment; the others never read it.)
+#[test]
+fn one_rank_joins_from_the_environment() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    for (name, value) in [
+        ("RANK", "0".to_string()),
+        ("WORLD_SIZE", "1".to_string()),
+        ("LOCAL_RANK", "2".to_string()),
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+    ] {
+        std::env::set_var(name, value);
+    }
+    std::env::remove_var("TORCHELASTIC_USE_AGENT_STORE");
+    let group = Group::from_env("gloo", Duration::from_secs(10)).unwrap();
+    assert_eq!((group.rank(), group.size(), group.local_rank()), (0, 1, 2));
+    drop(group);
+    std::env::remove_var("WORLD_SIZE");
+    let err = Group::from_env("gloo", Duration::from_secs(1)).err().unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("WORLD_SIZE"), "{}", err.message());
+}

@@ -56,6 +56,34 @@ public final class Group extends NativeHandle {
     return new Group(out[0]);
   }
 
+  /**
+   * Joins the group a launcher describes in the environment, as torchrun ({@code torchrun
+   * --nproc-per-node N --no-python java ...}) sets it for each worker: RANK, WORLD_SIZE,
+   * LOCAL_RANK, MASTER_ADDR, MASTER_PORT, and the launcher's own store where
+   * TORCHELASTIC_USE_AGENT_STORE is "True". c10d's store has no authentication: keep
+   * MASTER_ADDR on a private network.
+   *
+   * @param backend "gloo" or "nccl" (on cuda:LOCAL_RANK)
+   * @param timeout bounds the rendezvous and every later collective (positive)
+   * @throws KoilaException {@link Code#INVALID_ARGUMENT} naming a variable that is missing or
+   *     malformed; otherwise as {@link #join}
+   */
+  public static Group fromEnvironment(String backend, Duration timeout) {
+    if (timeout == null) throw KoilaException.invalid("argument 'timeout' is null");
+    long[] out = new long[1];
+    KoilaException.check(KoilaNative.koila_group_new_from_env(out, backend, timeout.toMillis()));
+    return new Group(out[0]);
+  }
+
+  /** LOCAL_RANK for a group joined from the environment; the rank for one made by {@link #join}. */
+  public int localRank() {
+    try {
+      return KoilaNative.koila_group_local_rank(address());
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
   /** This process's rank, 0 .. size() - 1. */
   public int rank() {
     try {

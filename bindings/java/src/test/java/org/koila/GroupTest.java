@@ -64,6 +64,7 @@ class GroupTest {
               Tensor w = weights(rank)) {
             assertEquals(rank, group.rank());
             assertEquals(2, group.size());
+            assertEquals(rank, group.localRank()); // (its rank, for a group made by join)
             group.broadcast(List.of(w), 0);
             try (Tensor l = loss(w, shards[rank][0], shards[rank][1])) {
               group.backward(l, List.of(w));
@@ -100,5 +101,18 @@ class GroupTest {
     assertKoila(Code.INVALID_ARGUMENT, () -> Group.join(null, "file:///tmp/x", 0, 1, second));
     assertKoila(Code.INVALID_ARGUMENT, () -> Group.join("gloo", "file:///tmp/x", 0, 1, null));
     assertKoila(Code.IO, () -> Group.join("gloo", "tcp://127.0.0.1:9", 1, 2, Duration.ofMillis(300)));
+  }
+
+  /** Outside a launcher (the test's environment has no RANK): the missing variable, named. */
+  @Test
+  void fromTheEnvironmentWithoutALauncherNamesWhatIsMissing() {
+    org.junit.jupiter.api.Assumptions.assumeTrue(
+        System.getenv("WORLD_SIZE") == null, "the test runs outside a launcher");
+    KoilaException e =
+        org.junit.jupiter.api.Assertions.assertThrows(
+            KoilaException.class, () -> Group.fromEnvironment("gloo", Duration.ofSeconds(1)));
+    assertEquals(Code.INVALID_ARGUMENT, e.code());
+    org.junit.jupiter.api.Assertions.assertTrue(e.getMessage().contains("WORLD_SIZE"), e.getMessage());
+    assertKoila(Code.INVALID_ARGUMENT, () -> Group.fromEnvironment("gloo", null));
   }
 }

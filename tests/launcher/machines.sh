@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 52: two "machines" on this one, network namespaces joined by a veth pair with addresses
+# that exist only inside them, made here and removed at the end (needs root). One torchrun in
+# each, 2 workers each, node 0's torchrun hosting the store: 4 workers on uneven shards (30
+# samples: 7, 8, 7, 8) end with the parameters of one worker on the whole batch, to float
+# rounding. Then a machine dies (every process in the second namespace killed): the first
+# machine's workers fail within the group's timeout, and none hangs.
+#   machines.sh TORCHRUN EXAMPLE CNN.pt
+source "$(dirname "$0")/common.sh"
+[[ $(id -u) == 0 ]] || { echo "FAIL: needs root for network namespaces (CI runs as root)"; exit 1; }
+command -v ip > /dev/null || { echo "FAIL: needs ip (iproute2)"; exit 1; }
+id=$$ net=$((($$ % 200) + 20))
+a=koila-a-$id b=koila-b-$id
+host_a=10.213.$net.1 host_b=10.213.$net.2
+kill_namespace() { ip netns pids "$1" 2> /dev/null | xargs -r kill -9 2> /dev/null || true; ip netns delete "$1" 2> /dev/null || true; }
+cleanup_hooks+=("kill_namespace $a" "kill_namespace $b")
+ip netns add "$a"
+ip netns add "$b"
+ip link add "kv${id}a" type veth peer name "kv${id}b"
+ip link set "kv${id}a" netns "$a"
+ip link set "kv${id}b" netns "$b"
+ip -n "$a" addr add "$host_a/24" dev "kv${id}a"
+ip -n "$b" addr add "$host_b/24" dev "kv${id}b"
+for ns in "$a" "$b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$a" link set "kv${id}a" up
+ip -n "$b" link set "kv${id}b" up
+ip -n "$a" route get "$host_b" > /dev/null || { echo "FAIL: no route between the namespaces"; exit 1; }
+echo "machines: $a ($host_a) and $b ($host_b)"
+
+steps=6 batch=30 port=29500
+mkdir -p "$work/one" "$work/two"
+"$torchrun" --nproc-per-node 1 --master-port "$(free_port)" --no-python \
+  "$example" "$cnn" "$work/one" $steps 3 $batch > "$work/one.txt" 2>&1 || { cat "$work/one.txt"; exit 1; }
+
+# Machine k runs: torchrun --nnodes 2 --node-rank k ... on its own namespace.
+machine() {
+  local ns=$1 node=$2 dir=$3 steps=$4
+  shift 4
+  ip netns exec "$ns" env "$@" "$torchrun" --nnodes 2 --node-rank "$node" --nproc-per-node 2 --master-addr "$host_a" \
+    --master-port $port --no-python "$example" "$cnn" "$dir" "$steps" 3 $batch
+}
+machine "$a" 0 "$work/two" $steps > "$work/a.txt" 2>&1 &
+pid_a=$!
+machine "$b" 1 "$work/two" $steps > "$work/b.txt" 2>&1 &
+pid_b=$!
+rc_a=0 rc_b=0
+wait $pid_a || rc_a=$?
+wait $pid_b || rc_b=$?
+grep -h '^rank' "$work/a.txt" "$work/b.txt" | sort
+((rc_a == 0 && rc_b == 0)) || { echo "FAIL: torchrun exited with $rc_a and $rc_b"; cat "$work/a.txt" "$work/b.txt"; exit 1; }
+[[ $(grep -ho 'finished.*fnv1a [0-9a-f]*' "$work/a.txt" "$work/b.txt" | sort -u | wc -l) == 1 ]] ||
+  { echo "FAIL: the workers' parameters differ"; exit 1; }
+compare_final "$work/one" "$work/two" 1e-4 || { echo "FAIL: 2 machines x 2 workers differ from 1 worker"; exit 1; }
+
+# A machine dies mid-training, twice: its processes killed (the other's connections are reset),
+# then its network gone silent (the link down: nothing answers, nothing is reset). The other
+# machine's workers fail within the group's timeout (5 s) both times, and none hangs.
+timeout_ms=5000
+for death in killed silent; do
+  rm -rf "$work/dies"
+  mkdir -p "$work/dies"
+  machine "$a" 0 "$work/dies" 400 KOILA_EXAMPLE_TIMEOUT_MS=$timeout_ms > "$work/a.txt" 2>&1 &
+  pid_a=$!
+  machine "$b" 1 "$work/dies" 400 KOILA_EXAMPLE_TIMEOUT_MS=$timeout_ms > "$work/b.txt" 2>&1 &
+  pid_b=$!
+  start=$SECONDS
+  until [[ -s "$work/dies/latest" ]]; do
+    sleep 0.05
+    ((SECONDS - start < 300)) || { echo "FAIL: no checkpoint after 300 s"; cat "$work/a.txt"; exit 1; }
+  done
+  if [[ $death == killed ]]; then
+    ip netns pids "$b" | xargs -r kill -9
+  else
+    ip -n "$b" link set "kv${id}b" down
+  fi
+  died=$SECONDS
+  rc_a=0
+  wait $pid_a || rc_a=$?
+  took=$((SECONDS - died))
+  ip netns pids "$b" | xargs -r kill -9
+  wait $pid_b 2> /dev/null || true
+  ip -n "$b" link set "kv${id}b" up
+  echo "machine $b $death after checkpoint $(cat "$work/dies/latest"): $a's torchrun exited with $rc_a after $took s:"
+  grep -h 'rank [01]: .*failed' "$work/a.txt" | cut -c1-240 | head -2
+  ((rc_a != 0)) || { echo "FAIL: the surviving machine's run did not fail"; exit 1; }
+  grep -q 'rank [01]: .*failed' "$work/a.txt" || { echo "FAIL: no clear failure on the workers"; cat "$work/a.txt"; exit 1; }
+  ((took <= timeout_ms / 1000 + 30)) || { echo "FAIL: $took s to fail with a timeout of $((timeout_ms / 1000)) s"; exit 1; }
+  [[ -z $(ip netns pids "$a") ]] || { echo "FAIL: processes left in $a"; ip netns pids "$a" | xargs ps -o pid,cmd -p; exit 1; }
+done
+echo "machines: 2 x 2 workers matched 1 worker; a dead machine, killed or silent, failed the other's workers in time"
