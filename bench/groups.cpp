@@ -7,6 +7,9 @@
 //
 //   bench_groups [batch] [repeats]      the driver: runs everything, prints the table
 //   bench_groups --rank R INIT OUT BATCH REPEATS EXTRA   one rank (started by the driver)
+//   bench_groups --worker BATCH REPEATS   one worker started by torchrun (bench/groups_scaling.sh:
+//                                         1, 2 and 4 workers, on loopback and between network
+//                                         namespaces, against PyTorch's DDP)
 //
 // The model: an MLP 1024 -> 1024 -> 1024 -> 10 (float32, 2.1M parameters, 8 MiB of
 // gradients) with cross entropy (MEAN).
@@ -166,6 +169,34 @@ int run_rank(int rank, const char* init, const char* out, int64_t batch, int rep
   return 0;
 }
 
+// A worker started by torchrun (bench/groups_scaling.sh): joins from the environment, takes its
+// shard of the global batch (uneven where it does not divide), and prints its medians of a
+// local backward and a group backward, no budget: "worker RANK of WORLD: local MS step MS".
+int run_worker(int64_t batch, int repeats) {
+  koila_group* g = nullptr;
+  check(koila_group_new_from_env(&g, "gloo", 120000), "group_new_from_env");
+  const int rank = koila_group_rank(g), world = koila_group_size(g);
+  const int64_t start = batch * rank / world, end = batch * (rank + 1) / world;
+  Model m = build(batch, start, end - start);
+  check(koila_group_broadcast(g, m.params.data(), m.params.size(), 0), "broadcast");
+  std::vector<double> local, grouped;
+  for (int i = 0; i <= repeats; ++i) {
+    zero(m);
+    const double t0 = now();
+    check(koila_backward(m.loss), "backward");
+    const double t1 = now();
+    zero(m);
+    check(koila_group_backward(g, m.loss, m.params.data(), m.params.size()), "group_backward");
+    const double t2 = now();
+    if (i == 0) continue;  // warm-up
+    local.push_back(t1 - t0);
+    grouped.push_back(t2 - t1);
+  }
+  std::printf("worker %d of %d: local %.2f step %.2f\n", rank, world, median(local) * 1e3, median(grouped) * 1e3);
+  koila_group_free(g);
+  return 0;
+}
+
 struct RankResult {
   long chunks = 0;
   double local = 0, grouped = 0;
@@ -221,6 +252,10 @@ int main(int argc, char** argv) {
     if (argc != 8) return 2;  // --rank R INIT OUT BATCH REPEATS EXTRA_BYTES
     return run_rank(std::atoi(argv[2]), argv[3], argv[4], std::atoll(argv[5]), std::atoi(argv[6]),
                     std::strtoull(argv[7], nullptr, 10));
+  }
+  if (argc > 1 && std::string(argv[1]) == "--worker") {
+    if (argc != 4) return 2;  // --worker BATCH REPEATS (under torchrun)
+    return run_worker(std::atoll(argv[2]), std::atoi(argv[3]));
   }
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1024;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;

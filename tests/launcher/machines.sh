@@ -9,24 +9,10 @@
 source "$(dirname "$0")/common.sh"
 [[ $(id -u) == 0 ]] || { echo "FAIL: needs root for network namespaces (CI runs as root)"; exit 1; }
 command -v ip > /dev/null || { echo "FAIL: needs ip (iproute2)"; exit 1; }
-id=$$ net=$((($$ % 200) + 20))
-a=koila-a-$id b=koila-b-$id
-host_a=10.213.$net.1 host_b=10.213.$net.2
-kill_namespace() { ip netns pids "$1" 2> /dev/null | xargs -r kill -9 2> /dev/null || true; ip netns delete "$1" 2> /dev/null || true; }
-cleanup_hooks+=("kill_namespace $a" "kill_namespace $b")
-ip netns add "$a"
-ip netns add "$b"
-ip link add "kv${id}a" type veth peer name "kv${id}b"
-ip link set "kv${id}a" netns "$a"
-ip link set "kv${id}b" netns "$b"
-ip -n "$a" addr add "$host_a/24" dev "kv${id}a"
-ip -n "$b" addr add "$host_b/24" dev "kv${id}b"
-for ns in "$a" "$b"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$a" link set "kv${id}a" up
-ip -n "$b" link set "kv${id}b" up
-ip -n "$a" route get "$host_b" > /dev/null || { echo "FAIL: no route between the namespaces"; exit 1; }
+source "$(dirname "$0")/../../scripts/netns_pair.sh"
+cleanup_hooks+=("netns_pair_remove")
+netns_pair_create || { echo "FAIL: could not make the namespaces"; exit 1; }
+a=$ns_a b=$ns_b
 echo "machines: $a ($host_a) and $b ($host_b)"
 
 steps=6 batch=30 port=29500
@@ -73,7 +59,7 @@ for death in killed silent; do
   if [[ $death == killed ]]; then
     ip netns pids "$b" | xargs -r kill -9
   else
-    ip -n "$b" link set "kv${id}b" down
+    ip -n "$b" link set "$link_b" down
   fi
   died=$SECONDS
   rc_a=0
@@ -81,7 +67,7 @@ for death in killed silent; do
   took=$((SECONDS - died))
   ip netns pids "$b" | xargs -r kill -9
   wait $pid_b 2> /dev/null || true
-  ip -n "$b" link set "kv${id}b" up
+  ip -n "$b" link set "$link_b" up
   echo "machine $b $death after checkpoint $(cat "$work/dies/latest"): $a's torchrun exited with $rc_a after $took s:"
   grep -h 'rank [01]: .*failed' "$work/a.txt" | cut -c1-240 | head -2
   ((rc_a != 0)) || { echo "FAIL: the surviving machine's run did not fail"; exit 1; }
