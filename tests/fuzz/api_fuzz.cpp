@@ -1389,11 +1389,27 @@ std::vector<Entry> make_table() {
       die("koila_group_new succeeded with bad arguments");
     if (!null_out) check_out(false, out, "koila_group_new");
   });
-  add("koila_group_rank", 1, [](State&) {
-    note("koila_group_rank/size of NULL");
-    if (koila_group_rank(nullptr) != -1 || koila_group_size(nullptr) != -1) die("a NULL group has a rank or size");
+  add("koila_group_new_from_env", 1, [](State& st) {
+    static const char* const backends[] = {"gloo", "nccl", "mpi", "", nullptr};
+    const char* backend = backends[st.in.below(5)];
+    int64_t timeout = st.in.below(3) - 1;
+    // Outside a launcher (no WORLD_SIZE) it fails at once whatever the arguments; inside one,
+    // only arguments that fail before joining are used.
+    if (std::getenv("WORLD_SIZE")) timeout = 0;
+    note("koila_group_new_from_env outside a launcher or with bad arguments");
+    koila_group* out = sentinel<koila_group>();
+    const bool null_out = st.in.chance(10);
+    if (check(koila_group_new_from_env(null_out ? nullptr : &out, backend, timeout), "koila_group_new_from_env"))
+      die("koila_group_new_from_env joined a group outside a launcher");
+    if (!null_out) check_out(false, out, "koila_group_new_from_env");
   });
-  add("koila_group_size", 0, [](State&) {});  // exercised by koila_group_rank's action
+  add("koila_group_rank", 1, [](State&) {
+    note("koila_group_rank/size/local_rank of NULL");
+    if (koila_group_rank(nullptr) != -1 || koila_group_size(nullptr) != -1 || koila_group_local_rank(nullptr) != -1)
+      die("a NULL group has a rank or size");
+  });
+  add("koila_group_local_rank", 0, [](State&) {});  // exercised by koila_group_rank's action
+  add("koila_group_size", 0, [](State&) {});        // exercised by koila_group_rank's action
   add("koila_group_broadcast", 1, [](State& st) {
     koila_tensor* ts[2] = {pick(st), pick(st)};
     note("koila_group_broadcast on a NULL group");
