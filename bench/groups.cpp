@@ -142,19 +142,16 @@ int64_t set_extra_budget(const Model& m, uint64_t extra) {
   return chunks;
 }
 
-// One rank: times local backwards and group backwards, alternating; writes
-// "chunks local_median group_median" to OUT.
-int run_rank(int rank, const char* init, const char* out, int64_t batch, int repeats, uint64_t extra) {
-  koila_group* g = nullptr;
-  check(koila_group_new(&g, "gloo", init, rank, 2, 120000), "group_new");
-  const int64_t half = batch / 2;
-  Model m = build(batch, rank * half, rank == 0 ? half : batch - half);
-  check(koila_group_broadcast(g, m.params.data(), m.params.size(), 0), "broadcast");
-  const int64_t chunks = set_extra_budget(m, extra);
+// The medians (seconds) of `repeats` local backwards and group backwards, alternating, after
+// one of each to warm up.
+struct Timings {
+  double local = 0, grouped = 0;
+};
+Timings time_steps(koila_group* g, Model& m, int repeats) {
   std::vector<double> local, grouped;
   for (int i = 0; i <= repeats; ++i) {
     zero(m);
-    double t0 = now();
+    const double t0 = now();
     check(koila_backward(m.loss), "backward");
     const double t1 = now();
     zero(m);
@@ -164,7 +161,20 @@ int run_rank(int rank, const char* init, const char* out, int64_t batch, int rep
     local.push_back(t1 - t0);
     grouped.push_back(t2 - t1);
   }
-  std::ofstream(out) << chunks << " " << median(local) << " " << median(grouped) << "\n";
+  return {median(local), median(grouped)};
+}
+
+// One rank: times local backwards and group backwards, alternating; writes
+// "chunks local_median group_median" to OUT.
+int run_rank(int rank, const char* init, const char* out, int64_t batch, int repeats, uint64_t extra) {
+  koila_group* g = nullptr;
+  check(koila_group_new(&g, "gloo", init, rank, 2, 120000), "group_new");
+  const int64_t half = batch / 2;
+  Model m = build(batch, rank * half, rank == 0 ? half : batch - half);
+  check(koila_group_broadcast(g, m.params.data(), m.params.size(), 0), "broadcast");
+  const int64_t chunks = set_extra_budget(m, extra);
+  const Timings t = time_steps(g, m, repeats);
+  std::ofstream(out) << chunks << " " << t.local << " " << t.grouped << "\n";
   koila_group_free(g);
   return 0;
 }
@@ -179,20 +189,8 @@ int run_worker(int64_t batch, int repeats) {
   const int64_t start = batch * rank / world, end = batch * (rank + 1) / world;
   Model m = build(batch, start, end - start);
   check(koila_group_broadcast(g, m.params.data(), m.params.size(), 0), "broadcast");
-  std::vector<double> local, grouped;
-  for (int i = 0; i <= repeats; ++i) {
-    zero(m);
-    const double t0 = now();
-    check(koila_backward(m.loss), "backward");
-    const double t1 = now();
-    zero(m);
-    check(koila_group_backward(g, m.loss, m.params.data(), m.params.size()), "group_backward");
-    const double t2 = now();
-    if (i == 0) continue;  // warm-up
-    local.push_back(t1 - t0);
-    grouped.push_back(t2 - t1);
-  }
-  std::printf("worker %d of %d: local %.2f step %.2f\n", rank, world, median(local) * 1e3, median(grouped) * 1e3);
+  const Timings t = time_steps(g, m, repeats);
+  std::printf("worker %d of %d: local %.2f step %.2f\n", rank, world, t.local * 1e3, t.grouped * 1e3);
   koila_group_free(g);
   return 0;
 }

@@ -215,17 +215,7 @@ std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module&
       if (differentiable) node->set_next_edges(torch::autograd::collect_next_edges(edges));
       for (size_t j = 0; j < stack.size(); ++j) {
         c10::IValue out = std::move(stack[j]);
-        if (differentiable && out.isTensor()) {
-          at::Tensor t = out.toTensor();
-          if (!t.defined() || !torch::autograd::isDifferentiableType(t.scalar_type())) {
-            node->add_input_metadata(torch::autograd::Node::undefined_input());
-          } else {
-            // A tensor of its own (not a view, not an input's tensor), whose history is the segment's.
-            t = at::_unsafe_view(t, t.sizes());
-            torch::autograd::set_history(t, compat::AutogradNodeRef(node));
-            out = t;
-          }
-        }
+        if (differentiable && out.isTensor()) out = segment_result(out.toTensor(), compat::AutogradNodeRef(node));
         values[segment.outputs[j]] = std::move(out);
       }
     }

@@ -189,16 +189,18 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
     node->needs_grad.push_back(grad);
   }
   node->set_next_edges(torch::autograd::collect_next_edges(input_values));
-  for (at::Tensor& out : outs) {
-    if (!out.defined() || !torch::autograd::isDifferentiableType(out.scalar_type())) {
-      node->add_input_metadata(torch::autograd::Node::undefined_input());
-      continue;
-    }
-    // A tensor of its own (not a view, not an input's tensor), whose history is the segment's.
-    out = at::_unsafe_view(out, out.sizes());
-    torch::autograd::set_history(out, compat::AutogradNodeRef(node));
-  }
+  for (at::Tensor& out : outs) out = segment_result(std::move(out), compat::AutogradNodeRef(node));
   return outs;
+}
+
+at::Tensor segment_result(at::Tensor out, const compat::AutogradNodeRef& node) {
+  if (!out.defined() || !torch::autograd::isDifferentiableType(out.scalar_type())) {
+    node->add_input_metadata(torch::autograd::Node::undefined_input());
+    return out;
+  }
+  out = at::_unsafe_view(out, out.sizes());
+  torch::autograd::set_history(out, node);
+  return out;
 }
 
 bool recomputing() { return running_again; }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/libtorch_compat.h"
 #include "graph/graph.h"
 #include "run/executor.h"
 
@@ -47,6 +48,11 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment);
 // runs with the same options: what their functions refer to (a simulation's stand-ins, an
 // observer) must outlive it, as they do in a chunk whose backward follows its forward.
 Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_values, const EvalOptions& options);
+
+// `out` as the next result of `node`, an autograd node that runs a segment again: a tensor of
+// its own (not a view, not an input's tensor) whose history is `node`; an undefined or
+// non-differentiable `out` is kept as it is, and takes its place among `node`'s inputs as none.
+at::Tensor segment_result(at::Tensor out, const compat::AutogradNodeRef& node);
 
 // What a run recomputes: ranges of the op nodes of a schedule's order (the run's: the whole
 // graph's, or its boundaries' when it is split), each a segment whose inputs are what its ops
