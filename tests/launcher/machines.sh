@@ -57,7 +57,7 @@ for death in killed silent; do
     ((SECONDS - start < 300)) || { echo "FAIL: no checkpoint after 300 s"; cat "$work/a.txt"; exit 1; }
   done
   if [[ $death == killed ]]; then
-    ip netns pids "$b" | xargs -r kill -9
+    ip netns pids "$b" | xargs -r kill -9 2> /dev/null || true  # (some may have ended already)
   else
     ip -n "$b" link set "$link_b" down
   fi
@@ -65,7 +65,7 @@ for death in killed silent; do
   rc_a=0
   wait $pid_a || rc_a=$?
   took=$((SECONDS - died))
-  ip netns pids "$b" | xargs -r kill -9
+  ip netns pids "$b" | xargs -r kill -9 2> /dev/null || true
   wait $pid_b 2> /dev/null || true
   ip -n "$b" link set "$link_b" up
   echo "machine $b $death after checkpoint $(cat "$work/dies/latest"): $a's torchrun exited with $rc_a after $took s:"
