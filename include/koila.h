@@ -508,6 +508,8 @@ KOILA_API koila_status *koila_set_progress(koila_progress_fn fn, void *user);
 /* of ints come as pointer + count. Broadcasting and dtype promotion follow PyTorch.      */
 /* ------------------------------------------------------------------------------------ */
 
+/* Generated from src/ops/ops.toml by scripts/gen_ops.py: edit the table, not this part. */
+
 /* Elementwise, broadcasting. */
 KOILA_API koila_status *koila_add(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
 KOILA_API koila_status *koila_sub(koila_tensor **out, const koila_tensor *a, const koila_tensor *b);
@@ -563,14 +565,12 @@ KOILA_API koila_status *koila_linear(koila_tensor **out, const koila_tensor *x,
 /* Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes
    PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0,
    dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]. */
-KOILA_API koila_status *koila_conv1d(koila_tensor **out, const koila_tensor *x,
-                                     const koila_tensor *w, const koila_tensor *bias,
-                                     const int64_t *stride, const int64_t *padding,
-                                     const int64_t *dilation, int64_t groups);
-KOILA_API koila_status *koila_conv2d(koila_tensor **out, const koila_tensor *x,
-                                     const koila_tensor *w, const koila_tensor *bias,
-                                     const int64_t *stride, const int64_t *padding,
-                                     const int64_t *dilation, int64_t groups);
+KOILA_API koila_status *koila_conv1d(koila_tensor **out, const koila_tensor *x, const koila_tensor *w,
+                                     const koila_tensor *bias, const int64_t *stride,
+                                     const int64_t *padding, const int64_t *dilation, int64_t groups);
+KOILA_API koila_status *koila_conv2d(koila_tensor **out, const koila_tensor *x, const koila_tensor *w,
+                                     const koila_tensor *bias, const int64_t *stride,
+                                     const int64_t *padding, const int64_t *dilation, int64_t groups);
 KOILA_API koila_status *koila_max_pool2d(koila_tensor **out, const koila_tensor *x,
                                          const int64_t *kernel, const int64_t *stride,
                                          const int64_t *padding, int ceil_mode);
@@ -586,8 +586,8 @@ KOILA_API koila_status *koila_adaptive_avg_pool2d(koila_tensor **out, const koil
 KOILA_API koila_status *koila_batch_norm(koila_tensor **out, const koila_tensor *x,
                                          const koila_tensor *weight, const koila_tensor *bias,
                                          const koila_tensor *running_mean,
-                                         const koila_tensor *running_var, int training,
-                                         double momentum, double eps);
+                                         const koila_tensor *running_var, int training, double momentum,
+                                         double eps);
 KOILA_API koila_status *koila_layer_norm(koila_tensor **out, const koila_tensor *x,
                                          const int64_t *normalized_shape, size_t n,
                                          const koila_tensor *weight, const koila_tensor *bias,
@@ -610,10 +610,10 @@ KOILA_API koila_status *koila_argmax(koila_tensor **out, const koila_tensor *x, 
                                      int keepdim);
 
 /* Shape. reshape accepts one -1. */
-KOILA_API koila_status *koila_reshape(koila_tensor **out, const koila_tensor *x,
-                                      const int64_t *shape, size_t ndim);
-KOILA_API koila_status *koila_permute(koila_tensor **out, const koila_tensor *x,
-                                      const int64_t *dims, size_t ndim);
+KOILA_API koila_status *koila_reshape(koila_tensor **out, const koila_tensor *x, const int64_t *shape,
+                                      size_t ndim);
+KOILA_API koila_status *koila_permute(koila_tensor **out, const koila_tensor *x, const int64_t *dims,
+                                      size_t ndim);
 KOILA_API koila_status *koila_transpose(koila_tensor **out, const koila_tensor *x, int64_t d0,
                                         int64_t d1);
 KOILA_API koila_status *koila_flatten(koila_tensor **out, const koila_tensor *x, int64_t start,
@@ -621,10 +621,8 @@ KOILA_API koila_status *koila_flatten(koila_tensor **out, const koila_tensor *x,
 /* Removes dim when its size is 1; otherwise returns x's shape unchanged (as PyTorch). */
 KOILA_API koila_status *koila_squeeze(koila_tensor **out, const koila_tensor *x, int64_t dim);
 KOILA_API koila_status *koila_unsqueeze(koila_tensor **out, const koila_tensor *x, int64_t dim);
-KOILA_API koila_status *koila_cat(koila_tensor **out, koila_tensor *const *ts, size_t n,
-                                  int64_t dim);
-KOILA_API koila_status *koila_stack(koila_tensor **out, koila_tensor *const *ts, size_t n,
-                                    int64_t dim);
+KOILA_API koila_status *koila_cat(koila_tensor **out, koila_tensor *const *ts, size_t n, int64_t dim);
+KOILA_API koila_status *koila_stack(koila_tensor **out, koila_tensor *const *ts, size_t n, int64_t dim);
 KOILA_API koila_status *koila_narrow(koila_tensor **out, const koila_tensor *x, int64_t dim,
                                      int64_t start, int64_t length);
 /* index: 1-D integer tensor. */
@@ -638,25 +636,25 @@ KOILA_API koila_status *koila_cross_entropy(koila_tensor **out, const koila_tens
                                             const koila_tensor *target, koila_reduction r);
 KOILA_API koila_status *koila_nll_loss(koila_tensor **out, const koila_tensor *log_probs,
                                        const koila_tensor *target, koila_reduction r);
-KOILA_API koila_status *koila_mse_loss(koila_tensor **out, const koila_tensor *a,
-                                       const koila_tensor *b, koila_reduction r);
-KOILA_API koila_status *koila_l1_loss(koila_tensor **out, const koila_tensor *a,
-                                      const koila_tensor *b, koila_reduction r);
+KOILA_API koila_status *koila_mse_loss(koila_tensor **out, const koila_tensor *a, const koila_tensor *b,
+                                       koila_reduction r);
+KOILA_API koila_status *koila_l1_loss(koila_tensor **out, const koila_tensor *a, const koila_tensor *b,
+                                      koila_reduction r);
 KOILA_API koila_status *koila_binary_cross_entropy_with_logits(koila_tensor **out,
                                                                const koila_tensor *logits,
                                                                const koila_tensor *target,
                                                                koila_reduction r);
 
-/* Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E],
-   v [..., S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps
-   the positions that are true, a floating mask is added. is_causal masks j > i; it may be
+/* Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [...,
+   S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the
+   positions that are true, a floating mask is added. is_causal masks j > i; it may be
    combined with attn_mask. */
-KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out,
-                                                           const koila_tensor *q,
-                                                           const koila_tensor *k,
-                                                           const koila_tensor *v,
+KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out, const koila_tensor *q,
+                                                           const koila_tensor *k, const koila_tensor *v,
                                                            const koila_tensor *attn_mask,
                                                            int is_causal);
+
+/* End of the generated operators. */
 
 /* ------------------------------------------------------------------------------------ */
 /* Modules and optimizers                                                                 */

@@ -16,6 +16,13 @@ file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}
      ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cpp ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cpp
      ${SOURCE_DIR}/bench/*.h ${SOURCE_DIR}/bench/*.cpp ${SOURCE_DIR}/tools/*.h ${SOURCE_DIR}/tools/*.cpp
      ${SOURCE_DIR}/examples/*.h ${SOURCE_DIR}/examples/*.cpp)
+# Files scripts/gen_ops.py writes are laid out by it (ctest's c.generated_ops_current checks them).
+foreach(file IN LISTS files)
+  file(STRINGS ${SOURCE_DIR}/${file} first LIMIT_COUNT 1)
+  if(first MATCHES "^// Generated from src/ops/ops.toml")
+    list(REMOVE_ITEM files ${file})
+  endif()
+endforeach()
 execute_process(COMMAND ${CLANG_FORMAT} --dry-run --Werror ${files} WORKING_DIRECTORY ${SOURCE_DIR}
                 RESULT_VARIABLE rc ERROR_VARIABLE complaints)
 list(LENGTH files n)

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "helpers.h"
+#include "op_tables.h"
 
 using namespace koila_test;
 
@@ -462,15 +463,12 @@ TEST(DtypeErrors, ComeFromTheBuildingCallNeverFromEvaluation) {
   // the CPU of LibTorch 1.13 has few, bool has no abs, ...)
   using Unary = koila_status* (*)(koila_tensor**, const koila_tensor*);
   using Binary = koila_status* (*)(koila_tensor**, const koila_tensor*, const koila_tensor*);
-  const std::vector<std::pair<const char*, Unary>> unary = {
-      {"neg", koila_neg},   {"abs", koila_abs},         {"exp", koila_exp},   {"log", koila_log},
-      {"sqrt", koila_sqrt}, {"rsqrt", koila_rsqrt},     {"sin", koila_sin},   {"cos", koila_cos},
-      {"tanh", koila_tanh}, {"sigmoid", koila_sigmoid}, {"relu", koila_relu}, {"gelu", koila_gelu},
-      {"silu", koila_silu}};
-  const std::vector<std::pair<const char*, Binary>> binary = {
-      {"add", koila_add},         {"sub", koila_sub}, {"mul", koila_mul},
-      {"div", koila_div},         {"pow", koila_pow}, {"maximum", koila_maximum},
-      {"minimum", koila_minimum}, {"eq", koila_eq},   {"lt", koila_lt}};
+#define UNARY(NAME, REF, POSITIVE) {#NAME, koila_##NAME},
+#define BINARY(NAME, REF, POSITIVE) {#NAME, koila_##NAME},
+  const std::vector<std::pair<const char*, Unary>> unary = {KOILA_UNARY_OPS(UNARY)};
+  const std::vector<std::pair<const char*, Binary>> binary = {KOILA_BINARY_OPS(BINARY)};
+#undef UNARY
+#undef BINARY
   int refused = 0, evaluated = 0;
   for (int d = KOILA_FLOAT32; d <= KOILA_BOOL; ++d) {
     const int64_t shape[] = {2, 4};

@@ -11,6 +11,7 @@
 
 #include "graph/meta_kernels.h"
 #include "helpers.h"
+#include "op_tables.h"
 #include "run/executor.h"
 
 using namespace koila_test;
@@ -178,21 +179,15 @@ TEST(Ops, ElementwiseBinary) {
     Ref ref;
     bool positive;
   };
-  const std::vector<Op> ops = {
-      {"add", koila_add, [](const auto& v) { return at::add(v[0], v[1]); }, false},
-      {"sub", koila_sub, [](const auto& v) { return at::sub(v[0], v[1]); }, false},
-      {"mul", koila_mul, [](const auto& v) { return at::mul(v[0], v[1]); }, false},
-      {"div", koila_div, [](const auto& v) { return at::div(v[0], v[1]); }, true},
-      {"pow", koila_pow, [](const auto& v) { return at::pow(v[0], v[1]); }, true},
-      {"maximum", koila_maximum, [](const auto& v) { return at::maximum(v[0], v[1]); }, false},
-      {"minimum", koila_minimum, [](const auto& v) { return at::minimum(v[0], v[1]); }, false},
-      {"eq", koila_eq, [](const auto& v) { return at::eq(v[0], v[1]); }, false},
-      {"ne", koila_ne, [](const auto& v) { return at::ne(v[0], v[1]); }, false},
-      {"lt", koila_lt, [](const auto& v) { return at::lt(v[0], v[1]); }, false},
-      {"le", koila_le, [](const auto& v) { return at::le(v[0], v[1]); }, false},
-      {"gt", koila_gt, [](const auto& v) { return at::gt(v[0], v[1]); }, false},
-      {"ge", koila_ge, [](const auto& v) { return at::ge(v[0], v[1]); }, false},
-  };
+#define ROW(NAME, REF, POSITIVE)            \
+  {#NAME, koila_##NAME,                     \
+   [](const auto& v) {                      \
+     const at::Tensor &a = v[0], &b = v[1]; \
+     return REF;                            \
+   },                                       \
+   POSITIVE},
+  const std::vector<Op> ops = {KOILA_BINARY_OPS(ROW)};
+#undef ROW
   for (const Op& op : ops) {
     SCOPED_TRACE(op.name);
     for (const Case& c : binary_cases(op.positive)) check(binary(op.fn), op.ref, c);
@@ -218,13 +213,9 @@ TEST(Ops, WithScalar) {
     koila_status* (*fn)(koila_tensor**, const koila_tensor*, double);
     at::Tensor (*ref)(const at::Tensor&, double);
   };
-  const std::vector<Op> ops = {
-      {"add_scalar", koila_add_scalar, [](const at::Tensor& t, double s) { return at::add(t, s); }},
-      {"sub_scalar", koila_sub_scalar, [](const at::Tensor& t, double s) { return at::sub(t, s); }},
-      {"mul_scalar", koila_mul_scalar, [](const at::Tensor& t, double s) { return at::mul(t, s); }},
-      {"div_scalar", koila_div_scalar, [](const at::Tensor& t, double s) { return at::div(t, s); }},
-      {"pow_scalar", koila_pow_scalar, [](const at::Tensor& t, double s) { return at::pow(t, s); }},
-  };
+#define ROW(NAME, REF) {#NAME, koila_##NAME, [](const at::Tensor& x, double s) { return REF; }},
+  const std::vector<Op> ops = {KOILA_SCALAR_OPS(ROW)};
+#undef ROW
   const at::Tensor ints = at::arange(6, at::kLong).reshape({3, 2});
   for (const Op& op : ops) {
     SCOPED_TRACE(op.name);
@@ -245,21 +236,15 @@ TEST(Ops, Unary) {
     Ref ref;
     bool positive;
   };
-  const std::vector<Op> ops = {
-      {"neg", koila_neg, [](const auto& v) { return at::neg(v[0]); }, false},
-      {"abs", koila_abs, [](const auto& v) { return at::abs(v[0]); }, false},
-      {"exp", koila_exp, [](const auto& v) { return at::exp(v[0]); }, false},
-      {"log", koila_log, [](const auto& v) { return at::log(v[0]); }, true},
-      {"sqrt", koila_sqrt, [](const auto& v) { return at::sqrt(v[0]); }, true},
-      {"rsqrt", koila_rsqrt, [](const auto& v) { return at::rsqrt(v[0]); }, true},
-      {"sin", koila_sin, [](const auto& v) { return at::sin(v[0]); }, false},
-      {"cos", koila_cos, [](const auto& v) { return at::cos(v[0]); }, false},
-      {"tanh", koila_tanh, [](const auto& v) { return at::tanh(v[0]); }, false},
-      {"sigmoid", koila_sigmoid, [](const auto& v) { return at::sigmoid(v[0]); }, false},
-      {"relu", koila_relu, [](const auto& v) { return at::relu(v[0]); }, false},
-      {"gelu", koila_gelu, [](const auto& v) { return at::gelu(v[0]); }, false},
-      {"silu", koila_silu, [](const auto& v) { return at::silu(v[0]); }, false},
-  };
+#define ROW(NAME, REF, POSITIVE) \
+  {#NAME, koila_##NAME,          \
+   [](const auto& v) {           \
+     const at::Tensor& x = v[0]; \
+     return REF;                 \
+   },                            \
+   POSITIVE},
+  const std::vector<Op> ops = {KOILA_UNARY_OPS(ROW)};
+#undef ROW
   for (const Op& op : ops) {
     SCOPED_TRACE(op.name);
     auto gen = op.positive ? pos : rnd;

@@ -25,6 +25,15 @@ at::ScalarType to_scalar_type(const koila_dtype& dtype) {
   fail(KOILA_ERROR_INTERNAL, "koila_dtype without a LibTorch type");
 }
 
+at::Reduction::Reduction to_reduction(const koila_reduction& r) {
+  switch (arg::enumeration(r, "r", "koila_reduction", KOILA_REDUCTION_NONE, KOILA_REDUCTION_SUM)) {
+    case KOILA_REDUCTION_NONE: return at::Reduction::None;
+    case KOILA_REDUCTION_MEAN: return at::Reduction::Mean;
+    case KOILA_REDUCTION_SUM: return at::Reduction::Sum;
+  }
+  fail(KOILA_ERROR_INTERNAL, "koila_reduction without a LibTorch reduction");
+}
+
 koila_dtype to_koila_dtype(at::ScalarType type) {
   switch (type) {
     case at::kFloat: return KOILA_FLOAT32;

@@ -20,6 +20,10 @@ koila_dtype to_koila_dtype(at::ScalarType type);  // KOILA_ERROR_DTYPE when not 
 // Parses "cpu", "cuda", "cuda:N" and checks that the device is available.
 c10::Device parse_device(const char* device);
 
+// A loss's reduction. By reference: an unknown value is refused before it is ever loaded as
+// a koila_reduction.
+at::Reduction::Reduction to_reduction(const koila_reduction& r);
+
 // Validates a shape given as pointer + count (sizes >= 0, total bytes representable).
 std::vector<int64_t> checked_shape(const int64_t* shape, size_t ndim, const char* what);
 

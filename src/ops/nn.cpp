@@ -1,6 +1,6 @@
 // Neural-network operators: matmul, linear, convolution, pooling, normalization,
 // embedding and attention.
-#include "ops/nn.h"
+#include "ops/ops.h"
 
 #include <limits>
 

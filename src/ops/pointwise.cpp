@@ -1,6 +1,6 @@
 // Elementwise operators: binary (broadcasting), with a scalar, unary, activations, softmax,
 // dropout. All keep the batch where broadcasting puts it (batch::elementwise) unless noted.
-#include "ops/pointwise.h"
+#include "ops/ops.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 

@@ -1,6 +1,6 @@
 // Reductions and losses. A reduction over the batch dim ends the batch; the node records
 // how chunks combine (sum, mean, max, min) so the planner can split exactly.
-#include "ops/reduce.h"
+#include "ops/ops.h"
 
 #include <array>
 

@@ -1,7 +1,7 @@
 // Shape operators. They move the batch dim (permute, transpose, squeeze, unsqueeze, stack)
 // or keep it when it is left whole (reshape, flatten); selecting or joining along the batch
 // mixes samples.
-#include "ops/shape.h"
+#include "ops/ops.h"
 
 #include "ops/common.h"
 
@@ -81,7 +81,7 @@ void check_permute_count(const NodePtr& input, size_t ndim) {
                                            shape_string(input->meta.shape) + ", got " + std::to_string(ndim));
 }
 
-NodePtr permute(const char* name, const NodePtr& input, const std::vector<int64_t>& given) {
+NodePtr permute(const char* name, const NodePtr& input, std::vector<int64_t> given) {
   check_permute_count(input, given.size());
   const int64_t rank = rank_of(input);
   std::vector<int64_t> order;

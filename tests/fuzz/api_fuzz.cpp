@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "../op_tables.h"
 #include "common.h"
 #include "int_enums.h"
 #include "koila.h"
@@ -995,39 +996,18 @@ std::vector<Entry> make_table() {
   });
 
   // Operators.
-  binary(table, "koila_add", koila_add);
-  binary(table, "koila_sub", koila_sub);
-  binary(table, "koila_mul", koila_mul);
-  binary(table, "koila_div", koila_div);
-  binary(table, "koila_pow", koila_pow);
-  binary(table, "koila_maximum", koila_maximum);
-  binary(table, "koila_minimum", koila_minimum);
-  binary(table, "koila_eq", koila_eq);
-  binary(table, "koila_ne", koila_ne);
-  binary(table, "koila_lt", koila_lt);
-  binary(table, "koila_le", koila_le);
-  binary(table, "koila_gt", koila_gt);
-  binary(table, "koila_ge", koila_ge);
-  binary(table, "koila_matmul", koila_matmul);
-  scalar(table, "koila_add_scalar", koila_add_scalar);
-  scalar(table, "koila_sub_scalar", koila_sub_scalar);
-  scalar(table, "koila_mul_scalar", koila_mul_scalar);
-  scalar(table, "koila_div_scalar", koila_div_scalar);
-  scalar(table, "koila_pow_scalar", koila_pow_scalar);
-  scalar(table, "koila_leaky_relu", koila_leaky_relu);
-  unary(table, "koila_neg", koila_neg);
-  unary(table, "koila_abs", koila_abs);
-  unary(table, "koila_exp", koila_exp);
-  unary(table, "koila_log", koila_log);
-  unary(table, "koila_sqrt", koila_sqrt);
-  unary(table, "koila_rsqrt", koila_rsqrt);
-  unary(table, "koila_sin", koila_sin);
-  unary(table, "koila_cos", koila_cos);
-  unary(table, "koila_tanh", koila_tanh);
-  unary(table, "koila_sigmoid", koila_sigmoid);
-  unary(table, "koila_relu", koila_relu);
-  unary(table, "koila_gelu", koila_gelu);
-  unary(table, "koila_silu", koila_silu);
+#define BINARY(NAME) binary(table, "koila_" #NAME, koila_##NAME);
+#define SCALAR(NAME) scalar(table, "koila_" #NAME, koila_##NAME);
+#define UNARY(NAME) unary(table, "koila_" #NAME, koila_##NAME);
+#define WITH_DIM(NAME) with_dim(table, "koila_" #NAME, koila_##NAME);
+  KOILA_FUZZ_BINARY_OPS(BINARY)
+  KOILA_FUZZ_SCALAR_OPS(SCALAR)
+  KOILA_FUZZ_UNARY_OPS(UNARY)
+  KOILA_FUZZ_WITH_DIM_OPS(WITH_DIM)
+#undef BINARY
+#undef SCALAR
+#undef UNARY
+#undef WITH_DIM
   add("koila_clamp", 1, [](State& st) {
     int d = 0;
     koila_tensor* x = pick(st, &d);
@@ -1035,8 +1015,6 @@ std::vector<Entry> make_table() {
     note("koila_clamp");
     op_result(st, "koila_clamp", d, [&](koila_tensor** o) { return koila_clamp(o, x, lo, hi); });
   });
-  with_dim(table, "koila_softmax", koila_softmax);
-  with_dim(table, "koila_log_softmax", koila_log_softmax);
   add("koila_dropout", 2, [](State& st) {
     int d = 0;
     koila_tensor* x = pick(st, &d);

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "../op_tables.h"
 #include "common.h"
 #include "koila.h"
 
@@ -388,9 +389,9 @@ struct NamedUnary {
   UnaryFn fn;
 };
 // Smooth and bounded (or slowly growing) ops: no kinks whose side could flip.
-const NamedUnary kUnary[] = {{"tanh", koila_tanh}, {"sigmoid", koila_sigmoid}, {"gelu", koila_gelu},
-                             {"silu", koila_silu}, {"sin", koila_sin},         {"cos", koila_cos},
-                             {"neg", koila_neg}};
+#define ROW(NAME) {#NAME, koila_##NAME},
+const NamedUnary kUnary[] = {KOILA_SMOOTH_UNARY_OPS(ROW)};
+#undef ROW
 
 // Builds a random splittable graph, step by step: each step is applied to the lazy value at
 // once (its shape and batch dim checked against what the generator tracks) and recorded,

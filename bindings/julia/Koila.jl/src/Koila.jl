@@ -49,6 +49,7 @@ include("errors.jl")
 include("dtypes.jl")
 include("handles.jl")
 include("tensor.jl")
+include("ops_table.jl")
 include("ops.jl")
 include("broadcast.jl")
 include("memory.jl")
@@ -62,11 +63,10 @@ include("groups.jl")
 export KoilaError, @check, BFloat16
 export Tensor, lazy, batchdim, islazy, item, evaluate, to_string
 export requires_grad!, backward!, grad, zero_grad!
-export matmul, linear, relu, gelu, silu, sigmoid, rsqrt, leaky_relu, softmax, log_softmax,
-       dropout, conv1d, conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm,
-       layer_norm, embedding, amax, amin, flatten, squeeze, unsqueeze, narrow, index_select,
-       stack, cross_entropy, nll_loss, mse_loss, l1_loss, binary_cross_entropy_with_logits,
-       scaled_dot_product_attention
+# The generated operators export themselves (ops_table.jl).
+export dropout, conv1d, conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm,
+       layer_norm, amax, amin, flatten, narrow, stack, cross_entropy, nll_loss, mse_loss, l1_loss,
+       binary_cross_entropy_with_logits, scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes, needed_bytes, full_needed_bytes,
        recomputed_bytes, describe, set_memory_budget!, memory_budget, memory_stats, memory_reset_peak!,
        manual_seed!, set_batch_stats!, set_chunking!, set_recompute!, set_progress!, Timeline, events, peak_index,

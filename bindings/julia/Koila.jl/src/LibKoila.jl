@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: a86cf20a87f41472890912346474f8b35d0d4d6270c8a71af33fc11fed0522db
+# Header sha256: 097a6c45399c0f8395bb7ec9a3c512e8421f3538993c6c3c54a0eb9b569dd534
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py

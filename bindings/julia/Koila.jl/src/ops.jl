@@ -1,4 +1,5 @@
-# Operators. Every op returns a new Tensor, lazy when any input is lazy, else computed at
+# Operators: the forms written by hand (operator syntax, keywords, Julia collections); the
+# methods that follow from the C arguments alone are generated into ops_table.jl. Every op returns a new Tensor, lazy when any input is lazy, else computed at
 # once. Shape and dtype errors are thrown by the call that builds the op.
 
 const _NULL_TENSOR = Ptr{koila_tensor}(0)
@@ -134,55 +135,11 @@ Base.min(s::Real, a::Tensor) = _min(s, a)
 # ------------------------------------------------------------------------------------------
 
 """
-    Koila.neg(x)
+    softmax(x; dims = -1)      log_softmax(x; dims = -1)
 
-Elementwise negation, also `-x`.
+Along dimension `dims` (1-based; -1 is the last); the same as softmax(x, dims).
 """
-neg(x::Tensor) = _new(LibKoila.koila_neg, x)
-
-# Elementwise, as torch.exp etc. (and as exp.(x)): on a Tensor these Base functions act
-# element by element, never as matrix functions.
-Base.abs(x::Tensor) = _new(LibKoila.koila_abs, x)
-Base.exp(x::Tensor) = _new(LibKoila.koila_exp, x)
-Base.log(x::Tensor) = _new(LibKoila.koila_log, x)
-Base.sqrt(x::Tensor) = _new(LibKoila.koila_sqrt, x)
-Base.sin(x::Tensor) = _new(LibKoila.koila_sin, x)
-Base.cos(x::Tensor) = _new(LibKoila.koila_cos, x)
-Base.tanh(x::Tensor) = _new(LibKoila.koila_tanh, x)
-
-"""
-    rsqrt(x), sigmoid(x), relu(x), gelu(x), silu(x)
-
-Elementwise activations (also usable with broadcasting: `relu.(x)`).
-"""
-rsqrt(x::Tensor) = _new(LibKoila.koila_rsqrt, x)
-sigmoid(x::Tensor) = _new(LibKoila.koila_sigmoid, x)
-relu(x::Tensor) = _new(LibKoila.koila_relu, x)
-gelu(x::Tensor) = _new(LibKoila.koila_gelu, x)
-silu(x::Tensor) = _new(LibKoila.koila_silu, x)
-
-"""
-    leaky_relu(x, slope = 0.01)
-"""
-leaky_relu(x::Tensor, slope::Real = 0.01) = _new(LibKoila.koila_leaky_relu, x, slope)
-
-"""
-    clamp(x::Tensor, lo, hi)
-
-Elementwise clamp to [lo, hi]; lo <= hi is not required (values end up at hi when lo > hi,
-as in PyTorch).
-"""
-Base.clamp(x::Tensor, lo::Real, hi::Real) = _new(LibKoila.koila_clamp, x, lo, hi)
-
-"""
-    softmax(x, dim)          softmax(x; dims = -1)
-    log_softmax(x, dim)      log_softmax(x; dims = -1)
-
-Along dimension `dim` (1-based; -1 is the last).
-"""
-softmax(x::Tensor, dim::Integer) = _new(LibKoila.koila_softmax, x, _cdim(dim))
 softmax(x::Tensor; dims::Integer = -1) = softmax(x, dims)
-log_softmax(x::Tensor, dim::Integer) = _new(LibKoila.koila_log_softmax, x, _cdim(dim))
 log_softmax(x::Tensor; dims::Integer = -1) = log_softmax(x, dims)
 
 """
@@ -192,25 +149,6 @@ Zeroes elements with probability `p` (0 <= p <= 1) and scales the rest by 1/(1-p
 `train = false` the input passes through unchanged.
 """
 dropout(x::Tensor, p::Real = 0.5; train::Bool = true) = _new(LibKoila.koila_dropout, x, p, train)
-
-# ------------------------------------------------------------------------------------------
-# Linear algebra
-# ------------------------------------------------------------------------------------------
-
-"""
-    matmul(a, b)     # also a * b
-
-torch.matmul: 1-D, 2-D and broadcast batched products.
-"""
-matmul(a::Tensor, b::Tensor) = _new(LibKoila.koila_matmul, a, b)
-
-"""
-    linear(x, weight, bias = nothing)
-
-`x * weight' .+ bias` with `weight` of size (out, in), as torch.nn.functional.linear.
-"""
-linear(x::Tensor, weight::Tensor, bias::Union{Tensor,Nothing} = nothing) =
-    _new(LibKoila.koila_linear, x, weight, _opt(bias))
 
 # ------------------------------------------------------------------------------------------
 # Convolution and pooling. Sizes (stride, padding, ...) are sizes, not dims: an integer
@@ -282,14 +220,6 @@ function layer_norm(x::Tensor, normalized_shape; weight::Union{Tensor,Nothing} =
     shape = normalized_shape isa Integer ? Int64[normalized_shape] : Int64[s for s in normalized_shape]
     return _new(LibKoila.koila_layer_norm, x, shape, length(shape), _opt(weight), _opt(bias), eps)
 end
-
-"""
-    embedding(weight, indices)
-
-Rows of `weight` (num, dim) picked by the integer tensor `indices` of any shape, whose
-values are 0-based row numbers (as in PyTorch): the result has size (size(indices)..., dim).
-"""
-embedding(weight::Tensor, indices::Tensor) = _new(LibKoila.koila_embedding, weight, indices)
 
 # ------------------------------------------------------------------------------------------
 # Reductions: dims = : (all) or a dim or a collection of dims; keepdims = false drops the
@@ -363,10 +293,8 @@ function Base.permutedims(x::Tensor, perm)
 end
 
 """
-    transpose(x::Tensor, d1, d2)    # swaps two dims
     transpose(x::Tensor)            # swaps the last two dims; also x'
 """
-Base.transpose(x::Tensor, d1::Integer, d2::Integer) = _new(LibKoila.koila_transpose, x, _cdim(d1), _cdim(d2))
 Base.transpose(x::Tensor) = transpose(x, -2, -1)
 Base.adjoint(x::Tensor) = transpose(x, -2, -1)
 
@@ -378,13 +306,6 @@ torch.flatten).
 """
 flatten(x::Tensor, first::Integer = 1, last::Integer = -1) =
     _new(LibKoila.koila_flatten, x, _cdim(first), _cdim(last))
-
-"""
-    squeeze(x, dim)     # removes dim when its size is 1, else returns x's shape unchanged
-    unsqueeze(x, dim)   # inserts a dim of size 1 so that it becomes dim `dim` of the result
-"""
-squeeze(x::Tensor, dim::Integer) = _new(LibKoila.koila_squeeze, x, _cdim(dim))
-unsqueeze(x::Tensor, dim::Integer) = _new(LibKoila.koila_unsqueeze, x, _cdim(dim))
 
 function _cat(f::F, ts, dim::Integer, what::AbstractString) where {F}
     v = collect(ts)   # a Vector roots its elements while C reads the handles
@@ -429,7 +350,6 @@ narrow(x::Tensor, dim::Integer, start::Integer, len::Integer) =
 
 The slices of `x` along `dim` at the given positions.
 """
-index_select(x::Tensor, dim::Integer, index::Tensor) = _new(LibKoila.koila_index_select, x, _cdim(dim), index)
 function index_select(x::Tensor, dim::Integer, index::AbstractVector{<:Integer})
     all(>=(1), index) || _argerror("index_select: Julia positions start at 1")
     idx = Tensor(Int64[i - 1 for i in index])

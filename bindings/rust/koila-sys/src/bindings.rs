@@ -1077,9 +1077,9 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E],"]
-    #[doc = "v [..., S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps"]
-    #[doc = "the positions that are true, a floating mask is added. is_causal masks j > i; it may be"]
+    #[doc = " Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [...,"]
+    #[doc = "S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the"]
+    #[doc = "positions that are true, a floating mask is added. is_causal masks j > i; it may be"]
     #[doc = "combined with attn_mask."]
     pub fn koila_scaled_dot_product_attention(
         out: *mut *mut koila_tensor,

@@ -38,6 +38,7 @@ mod error;
 mod dtype;
 mod tensor;
 mod ops;
+mod ops_table;
 mod plan;
 mod memory;
 mod chunking;

@@ -962,362 +962,257 @@ public final class Tensor extends NativeHandle {
   }
 
   // ---------------------------------------------------------------------------------------
-  // Elementwise, broadcasting
+  // Operators: one method per op, generated from the operator table
   // ---------------------------------------------------------------------------------------
 
-  @FunctionalInterface
-  private interface Binary {
-    long call(long[] out, long a, long b);
-  }
+  // Generated from src/ops/ops.toml by scripts/gen_ops.py: edit the table, not this part.
 
-  private Tensor binary(Binary op, Tensor other) {
-    return produce(out -> op.call(out, address(), required(other, "other")), this, other);
-  }
-
-  /** {@code this + other}. */
+  /** Elementwise sum, broadcasting. */
   public Tensor add(Tensor other) {
-    return binary(KoilaNative::koila_add, other);
+    return produce(out -> KoilaNative.koila_add(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this - other}. */
+  /** Elementwise difference, broadcasting. */
   public Tensor sub(Tensor other) {
-    return binary(KoilaNative::koila_sub, other);
+    return produce(out -> KoilaNative.koila_sub(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this * other}, elementwise. */
+  /** Elementwise product, broadcasting. */
   public Tensor mul(Tensor other) {
-    return binary(KoilaNative::koila_mul, other);
+    return produce(out -> KoilaNative.koila_mul(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this / other}, true division (integer inputs give a floating result). */
+  /** True division (integer inputs give a floating result), broadcasting. */
   public Tensor div(Tensor other) {
-    return binary(KoilaNative::koila_div, other);
+    return produce(out -> KoilaNative.koila_div(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this ^ other}, elementwise. */
+  /** Elementwise power, broadcasting. */
   public Tensor pow(Tensor other) {
-    return binary(KoilaNative::koila_pow, other);
+    return produce(out -> KoilaNative.koila_pow(out, address(), required(other, "other")), this, other);
   }
 
-  /** The elementwise maximum. */
+  /** Elementwise maximum, broadcasting. */
   public Tensor maximum(Tensor other) {
-    return binary(KoilaNative::koila_maximum, other);
+    return produce(out -> KoilaNative.koila_maximum(out, address(), required(other, "other")), this, other);
   }
 
-  /** The elementwise minimum. */
+  /** Elementwise minimum, broadcasting. */
   public Tensor minimum(Tensor other) {
-    return binary(KoilaNative::koila_minimum, other);
+    return produce(out -> KoilaNative.koila_minimum(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this == other}, a BOOL tensor. */
+  /** {@code a == b}, elementwise (a Bool tensor). */
   public Tensor eq(Tensor other) {
-    return binary(KoilaNative::koila_eq, other);
+    return produce(out -> KoilaNative.koila_eq(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this != other}, a BOOL tensor. */
+  /** {@code a != b}, elementwise (a Bool tensor). */
   public Tensor ne(Tensor other) {
-    return binary(KoilaNative::koila_ne, other);
+    return produce(out -> KoilaNative.koila_ne(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this < other}, a BOOL tensor. */
+  /** {@code a < b}, elementwise (a Bool tensor). */
   public Tensor lt(Tensor other) {
-    return binary(KoilaNative::koila_lt, other);
+    return produce(out -> KoilaNative.koila_lt(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this <= other}, a BOOL tensor. */
+  /** {@code a <= b}, elementwise (a Bool tensor). */
   public Tensor le(Tensor other) {
-    return binary(KoilaNative::koila_le, other);
+    return produce(out -> KoilaNative.koila_le(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this > other}, a BOOL tensor. */
+  /** {@code a > b}, elementwise (a Bool tensor). */
   public Tensor gt(Tensor other) {
-    return binary(KoilaNative::koila_gt, other);
+    return produce(out -> KoilaNative.koila_gt(out, address(), required(other, "other")), this, other);
   }
 
-  /** {@code this >= other}, a BOOL tensor. */
+  /** {@code a >= b}, elementwise (a Bool tensor). */
   public Tensor ge(Tensor other) {
-    return binary(KoilaNative::koila_ge, other);
+    return produce(out -> KoilaNative.koila_ge(out, address(), required(other, "other")), this, other);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // With a scalar
-  // ---------------------------------------------------------------------------------------
-
-  @FunctionalInterface
-  private interface WithScalar {
-    long call(long[] out, long a, double s);
-  }
-
-  private Tensor withScalar(WithScalar op, double s) {
-    return produce(out -> op.call(out, address(), s), this);
-  }
-
-  /** {@code this + s}. */
+  /** {@code a + s}. */
   public Tensor add(double s) {
-    return withScalar(KoilaNative::koila_add_scalar, s);
+    return produce(out -> KoilaNative.koila_add_scalar(out, address(), s), this);
   }
 
-  /** {@code this - s}. */
+  /** {@code a - s}. */
   public Tensor sub(double s) {
-    return withScalar(KoilaNative::koila_sub_scalar, s);
+    return produce(out -> KoilaNative.koila_sub_scalar(out, address(), s), this);
   }
 
-  /** {@code this * s}. */
+  /** {@code a * s}. */
   public Tensor mul(double s) {
-    return withScalar(KoilaNative::koila_mul_scalar, s);
+    return produce(out -> KoilaNative.koila_mul_scalar(out, address(), s), this);
   }
 
-  /** {@code this / s}. */
+  /** {@code a / s}. */
   public Tensor div(double s) {
-    return withScalar(KoilaNative::koila_div_scalar, s);
+    return produce(out -> KoilaNative.koila_div_scalar(out, address(), s), this);
   }
 
-  /** {@code this ^ s}. */
+  /** {@code a ^ s}. */
   public Tensor pow(double s) {
-    return withScalar(KoilaNative::koila_pow_scalar, s);
+    return produce(out -> KoilaNative.koila_pow_scalar(out, address(), s), this);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Unary
-  // ---------------------------------------------------------------------------------------
-
-  @FunctionalInterface
-  private interface Unary {
-    long call(long[] out, long x);
-  }
-
-  private Tensor unary(Unary op) {
-    return produce(out -> op.call(out, address()), this);
-  }
-
-  /** {@code -this}. */
+  /** {@code -x}, elementwise (also {@code -x} in Julia). */
   public Tensor neg() {
-    return unary(KoilaNative::koila_neg);
+    return produce(out -> KoilaNative.koila_neg(out, address()), this);
   }
 
-  /** The absolute value. */
+  /** {@code |x|}, elementwise. */
   public Tensor abs() {
-    return unary(KoilaNative::koila_abs);
+    return produce(out -> KoilaNative.koila_abs(out, address()), this);
   }
 
-  /** e to the power of each element. */
+  /** {@code e^x}, elementwise. */
   public Tensor exp() {
-    return unary(KoilaNative::koila_exp);
+    return produce(out -> KoilaNative.koila_exp(out, address()), this);
   }
 
-  /** The natural logarithm. */
+  /** The natural logarithm, elementwise. */
   public Tensor log() {
-    return unary(KoilaNative::koila_log);
+    return produce(out -> KoilaNative.koila_log(out, address()), this);
   }
 
-  /** The square root. */
+  /** The square root, elementwise. */
   public Tensor sqrt() {
-    return unary(KoilaNative::koila_sqrt);
+    return produce(out -> KoilaNative.koila_sqrt(out, address()), this);
   }
 
-  /** The reciprocal of the square root. */
+  /** {@code 1 / sqrt(x)}, elementwise. */
   public Tensor rsqrt() {
-    return unary(KoilaNative::koila_rsqrt);
+    return produce(out -> KoilaNative.koila_rsqrt(out, address()), this);
   }
 
-  /** The sine. */
+  /** The sine, elementwise. */
   public Tensor sin() {
-    return unary(KoilaNative::koila_sin);
+    return produce(out -> KoilaNative.koila_sin(out, address()), this);
   }
 
-  /** The cosine. */
+  /** The cosine, elementwise. */
   public Tensor cos() {
-    return unary(KoilaNative::koila_cos);
+    return produce(out -> KoilaNative.koila_cos(out, address()), this);
   }
 
-  /** The hyperbolic tangent. */
+  /** The hyperbolic tangent, elementwise. */
   public Tensor tanh() {
-    return unary(KoilaNative::koila_tanh);
+    return produce(out -> KoilaNative.koila_tanh(out, address()), this);
   }
 
-  /** The logistic sigmoid. */
+  /** The logistic sigmoid, elementwise. */
   public Tensor sigmoid() {
-    return unary(KoilaNative::koila_sigmoid);
+    return produce(out -> KoilaNative.koila_sigmoid(out, address()), this);
   }
 
-  /** {@code max(this, 0)}. */
+  /** {@code max(x, 0)}, elementwise. */
   public Tensor relu() {
-    return unary(KoilaNative::koila_relu);
+    return produce(out -> KoilaNative.koila_relu(out, address()), this);
   }
 
-  /** The Gaussian error linear unit. */
+  /** GELU (exact, erf form), elementwise; x must be floating. */
   public Tensor gelu() {
-    return unary(KoilaNative::koila_gelu);
+    return produce(out -> KoilaNative.koila_gelu(out, address()), this);
   }
 
-  /** {@code this * sigmoid(this)}. */
+  /** SiLU ({@code x * sigmoid(x)}), elementwise; x must be floating. */
   public Tensor silu() {
-    return unary(KoilaNative::koila_silu);
+    return produce(out -> KoilaNative.koila_silu(out, address()), this);
   }
 
-  /** {@code this} where positive, {@code slope * this} elsewhere. */
+  /** {@code max(x, 0) + slope * min(x, 0)}, elementwise. */
   public Tensor leakyRelu(double slope) {
     return produce(out -> KoilaNative.koila_leaky_relu(out, address(), slope), this);
   }
 
-  /** Each element limited to [lo, hi] (values end up at hi when lo > hi, as in PyTorch). */
+  /** Clamps into [lo, hi] (values end at hi when lo &gt; hi, as in PyTorch); neither may be NaN. */
   public Tensor clamp(double lo, double hi) {
     return produce(out -> KoilaNative.koila_clamp(out, address(), lo, hi), this);
   }
 
-  /** The softmax along {@code dim}. */
+  /** Softmax along {@code dim}. */
   public Tensor softmax(long dim) {
     return produce(out -> KoilaNative.koila_softmax(out, address(), dim), this);
   }
 
-  /** The log of the softmax along {@code dim}. */
+  /** Log-softmax along {@code dim}. */
   public Tensor logSoftmax(long dim) {
     return produce(out -> KoilaNative.koila_log_softmax(out, address(), dim), this);
   }
 
   /**
-   * Zeroes elements with probability {@code p} and scales the others by 1/(1-p) when
-   * {@code train}; passes the input through unchanged otherwise.
-   *
-   * @param p 0 &lt;= p &lt;= 1
+   * Dropout with probability {@code p} (0 &lt;= p &lt;= 1); with {@code train} false the input passes through
+   * unchanged.
    */
   public Tensor dropout(double p, boolean train) {
     return produce(out -> KoilaNative.koila_dropout(out, address(), p, train ? 1 : 0), this);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Linear algebra
-  // ---------------------------------------------------------------------------------------
-
   /** The matrix product, as torch.matmul (1-D, 2-D and broadcast batched cases). */
   public Tensor matmul(Tensor other) {
-    return binary(KoilaNative::koila_matmul, other);
+    return produce(out -> KoilaNative.koila_matmul(out, address(), required(other, "other")), this, other);
   }
 
-  /**
-   * {@code this @ weight^T + bias}.
-   *
-   * @param weight [out, in]
-   * @param bias [out], or null for none
-   */
+  /** {@code x @ weight^T + bias} with weight [out, in] and bias [out] (or none). */
   public Tensor linear(Tensor weight, Tensor bias) {
     return produce(out -> KoilaNative.koila_linear(out, address(), required(weight, "weight"),
         addressOf(bias, "bias")), this, weight, bias);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Convolution and pooling
-  // ---------------------------------------------------------------------------------------
-
   /**
-   * A 1-d convolution of this input [N, C, L] or [C, L].
-   *
-   * @param weight [out, C / groups, k]
-   * @param bias [out], or null
-   * @param stride 1 value, or null for 1
-   * @param padding 1 value, or null for 0
-   * @param dilation 1 value, or null for 1
-   * @param groups the number of groups
+   * A 1-d convolution of [N, C, L] (or [C, L]) with weight [out, C/groups, k]. A missing stride, padding or dilation
+   * is 1, 0, 1.
    */
   public Tensor conv1d(Tensor weight, Tensor bias, long[] stride, long[] padding, long[] dilation, long groups) {
-    long[] s = sizesArg(stride, 1, "stride");
-    long[] p = sizesArg(padding, 1, "padding");
-    long[] d = sizesArg(dilation, 1, "dilation");
-    return produce(out -> KoilaNative.koila_conv1d(out, address(), required(weight, "weight"),
-        addressOf(bias, "bias"), s, p, d, groups), this, weight, bias);
-  }
-
-  /** A 1-d convolution with stride 1, no padding, dilation 1 and one group. */
-  public Tensor conv1d(Tensor weight, Tensor bias) {
-    return conv1d(weight, bias, null, null, null, 1);
+    long[] strideArg = sizesArg(stride, 1, "stride");
+    long[] paddingArg = sizesArg(padding, 1, "padding");
+    long[] dilationArg = sizesArg(dilation, 1, "dilation");
+    return produce(out -> KoilaNative.koila_conv1d(out, address(), required(weight, "weight"), addressOf(bias, "bias"),
+        strideArg, paddingArg, dilationArg, groups), this, weight, bias);
   }
 
   /**
-   * A 2-d convolution of this input [N, C, H, W] or [C, H, W].
-   *
-   * @param weight [out, C / groups, kh, kw]
-   * @param bias [out], or null
-   * @param stride 2 values (or 1 for both), or null for 1
-   * @param padding 2 values (or 1 for both), or null for 0
-   * @param dilation 2 values (or 1 for both), or null for 1
-   * @param groups the number of groups
+   * A 2-d convolution of [N, C, H, W] (or [C, H, W]) with weight [out, C/groups, kh, kw]. A missing stride, padding
+   * or dilation is 1, 0, 1.
    */
   public Tensor conv2d(Tensor weight, Tensor bias, long[] stride, long[] padding, long[] dilation, long groups) {
-    long[] s = sizesArg(stride, 2, "stride");
-    long[] p = sizesArg(padding, 2, "padding");
-    long[] d = sizesArg(dilation, 2, "dilation");
-    return produce(out -> KoilaNative.koila_conv2d(out, address(), required(weight, "weight"),
-        addressOf(bias, "bias"), s, p, d, groups), this, weight, bias);
+    long[] strideArg = sizesArg(stride, 2, "stride");
+    long[] paddingArg = sizesArg(padding, 2, "padding");
+    long[] dilationArg = sizesArg(dilation, 2, "dilation");
+    return produce(out -> KoilaNative.koila_conv2d(out, address(), required(weight, "weight"), addressOf(bias, "bias"),
+        strideArg, paddingArg, dilationArg, groups), this, weight, bias);
   }
 
-  /** A 2-d convolution with stride 1, no padding, dilation 1 and one group. */
-  public Tensor conv2d(Tensor weight, Tensor bias) {
-    return conv2d(weight, bias, null, null, null, 1);
-  }
-
-  /**
-   * 2-d max pooling.
-   *
-   * @param kernel 2 values (or 1 for both)
-   * @param stride 2 values (or 1 for both), or null for the kernel size
-   * @param padding 2 values (or 1 for both), or null for 0
-   * @param ceilMode round output sizes up rather than down
-   */
+  /** 2-d max pooling; a missing stride is the kernel size, a missing padding 0. */
   public Tensor maxPool2d(long[] kernel, long[] stride, long[] padding, boolean ceilMode) {
-    long[] k = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
-    long[] s = sizesArg(stride, 2, "stride");
-    long[] p = sizesArg(padding, 2, "padding");
-    return produce(out -> KoilaNative.koila_max_pool2d(out, address(), k, s, p, ceilMode ? 1 : 0), this);
+    long[] kernelArg = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
+    long[] strideArg = sizesArg(stride, 2, "stride");
+    long[] paddingArg = sizesArg(padding, 2, "padding");
+    return produce(out -> KoilaNative.koila_max_pool2d(out, address(), kernelArg, strideArg, paddingArg,
+        ceilMode ? 1 : 0), this);
   }
 
-  /** 2-d max pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
-  public Tensor maxPool2d(long... kernel) {
-    return maxPool2d(kernel, null, null, false);
-  }
-
-  /**
-   * 2-d average pooling.
-   *
-   * @param kernel 2 values (or 1 for both)
-   * @param stride 2 values (or 1 for both), or null for the kernel size
-   * @param padding 2 values (or 1 for both), or null for 0
-   * @param ceilMode round output sizes up rather than down
-   */
+  /** 2-d average pooling; a missing stride is the kernel size, a missing padding 0. */
   public Tensor avgPool2d(long[] kernel, long[] stride, long[] padding, boolean ceilMode) {
-    long[] k = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
-    long[] s = sizesArg(stride, 2, "stride");
-    long[] p = sizesArg(padding, 2, "padding");
-    return produce(out -> KoilaNative.koila_avg_pool2d(out, address(), k, s, p, ceilMode ? 1 : 0), this);
+    long[] kernelArg = sizesArg(longsArg(kernel, "kernel"), 2, "kernel");
+    long[] strideArg = sizesArg(stride, 2, "stride");
+    long[] paddingArg = sizesArg(padding, 2, "padding");
+    return produce(out -> KoilaNative.koila_avg_pool2d(out, address(), kernelArg, strideArg, paddingArg,
+        ceilMode ? 1 : 0), this);
   }
 
-  /** 2-d average pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
-  public Tensor avgPool2d(long... kernel) {
-    return avgPool2d(kernel, null, null, false);
-  }
-
-  /**
-   * 2-d adaptive average pooling to an output of {@code outputSize}: 2 values (height,
-   * width), or 1 for both.
-   */
+  /** Adaptive average pooling to {@code output_size} [h, w]. */
   public Tensor adaptiveAvgPool2d(long... outputSize) {
-    long[] o = sizesArg(longsArg(outputSize, "outputSize"), 2, "outputSize");
-    return produce(out -> KoilaNative.koila_adaptive_avg_pool2d(out, address(), o), this);
+    long[] outputSizeArg = sizesArg(longsArg(outputSize, "outputSize"), 2, "outputSize");
+    return produce(out -> KoilaNative.koila_adaptive_avg_pool2d(out, address(), outputSizeArg), this);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Normalization and embedding
-  // ---------------------------------------------------------------------------------------
-
   /**
-   * Batch normalization over every dim but dim 1. In training it uses the batch statistics
-   * (which mixes samples across the batch, so koila does not split it unless {@link
-   * Koila#setBatchStats} allows statistics per chunk) and updates the running statistics, when
+   * Batch normalization over every dim but dim 1. In training it uses the batch's statistics (mixing samples, so
+   * koila does not split it unless batch statistics per chunk are allowed) and updates the running statistics, when
    * given, each time it is evaluated.
-   *
-   * @param weight [C], or null
-   * @param bias [C], or null
-   * @param runningMean [C], or null
-   * @param runningVar [C], or null
    */
   public Tensor batchNorm(Tensor weight, Tensor bias, Tensor runningMean, Tensor runningVar, boolean training,
       double momentum, double eps) {
@@ -1327,100 +1222,61 @@ public final class Tensor extends NativeHandle {
   }
 
   /**
-   * Layer normalization over the trailing dims {@code normalizedShape}.
-   *
-   * @param weight shaped like normalizedShape, or null
-   * @param bias shaped like normalizedShape, or null
+   * Layer normalization over the trailing dims of sizes {@code normalized_shape}; weight and bias (or none) are
+   * shaped like them.
    */
   public Tensor layerNorm(long[] normalizedShape, Tensor weight, Tensor bias, double eps) {
-    long[] shape = longsArg(normalizedShape, "normalizedShape");
-    return produce(out -> KoilaNative.koila_layer_norm(out, address(), shape, addressOf(weight, "weight"),
+    long[] normalizedShapeArg = longsArg(normalizedShape, "normalizedShape");
+    return produce(out -> KoilaNative.koila_layer_norm(out, address(), normalizedShapeArg, addressOf(weight, "weight"),
         addressOf(bias, "bias"), eps), this, weight, bias);
   }
 
   /**
-   * The rows of this weight [num, dim] picked by integer {@code indices} of any shape: a
-   * tensor of shape indices.shape + [dim].
+   * Rows of this weight [num, dim] picked by integer {@code indices} of any shape (0-based): the result is {@code
+   * indices.shape + [dim]}.
    */
   public Tensor embedding(Tensor indices) {
     return produce(out -> KoilaNative.koila_embedding(out, address(), required(indices, "indices")), this, indices);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Reductions
-  // ---------------------------------------------------------------------------------------
-
-  @FunctionalInterface
-  private interface Reduce {
-    long call(long[] out, long x, long[] dims, int keepdim);
-  }
-
-  private Tensor reduce(Reduce op, long[] dims, boolean keepdim) {
-    return produce(out -> op.call(out, address(), dims, keepdim ? 1 : 0), this);
-  }
-
-  /** The sum of all elements (a scalar). */
-  public Tensor sum() {
-    return reduce(KoilaNative::koila_sum, null, false);
-  }
-
-  /** The sum over {@code dims} (empty or null: all dims). */
+  /** The sum over {@code dims} (all dims when empty). */
   public Tensor sum(long[] dims, boolean keepdim) {
-    return reduce(KoilaNative::koila_sum, dims, keepdim);
+    return produce(out -> KoilaNative.koila_sum(out, address(), dims, keepdim ? 1 : 0), this);
   }
 
-  /** The mean of all elements (a scalar). */
-  public Tensor mean() {
-    return reduce(KoilaNative::koila_mean, null, false);
-  }
-
-  /** The mean over {@code dims} (empty or null: all dims). */
+  /** The mean over {@code dims} (all dims when empty). */
   public Tensor mean(long[] dims, boolean keepdim) {
-    return reduce(KoilaNative::koila_mean, dims, keepdim);
+    return produce(out -> KoilaNative.koila_mean(out, address(), dims, keepdim ? 1 : 0), this);
   }
 
-  /** The largest element (a scalar). */
-  public Tensor amax() {
-    return reduce(KoilaNative::koila_amax, null, false);
-  }
-
-  /** The largest values over {@code dims} (empty or null: all dims). */
+  /** The largest values over {@code dims} (all dims when empty). */
   public Tensor amax(long[] dims, boolean keepdim) {
-    return reduce(KoilaNative::koila_amax, dims, keepdim);
+    return produce(out -> KoilaNative.koila_amax(out, address(), dims, keepdim ? 1 : 0), this);
   }
 
-  /** The smallest element (a scalar). */
-  public Tensor amin() {
-    return reduce(KoilaNative::koila_amin, null, false);
-  }
-
-  /** The smallest values over {@code dims} (empty or null: all dims). */
+  /** The smallest values over {@code dims} (all dims when empty). */
   public Tensor amin(long[] dims, boolean keepdim) {
-    return reduce(KoilaNative::koila_amin, dims, keepdim);
+    return produce(out -> KoilaNative.koila_amin(out, address(), dims, keepdim ? 1 : 0), this);
   }
 
-  /** INT64 indices of the largest value along {@code dim}. */
+  /** Int64 indices of the largest value along {@code dim}. */
   public Tensor argmax(long dim, boolean keepdim) {
     return produce(out -> KoilaNative.koila_argmax(out, address(), dim, keepdim ? 1 : 0), this);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Shape
-  // ---------------------------------------------------------------------------------------
-
-  /** The same elements with another shape (one size may be -1: inferred). */
+  /** The same values with a new shape (one -1 allowed). The batch dim follows. */
   public Tensor reshape(long... shape) {
-    long[] dims = longsArg(shape, "shape");
-    return produce(out -> KoilaNative.koila_reshape(out, address(), dims), this);
+    long[] shapeArg = longsArg(shape, "shape");
+    return produce(out -> KoilaNative.koila_reshape(out, address(), shapeArg), this);
   }
 
-  /** The dims reordered: dim i of the result is dim {@code dims[i]} of this tensor. */
+  /** The dims reordered: dim i of the result is dim {@code dims[i]}. */
   public Tensor permute(long... dims) {
-    long[] order = longsArg(dims, "dims");
-    return produce(out -> KoilaNative.koila_permute(out, address(), order), this);
+    long[] dimsArg = longsArg(dims, "dims");
+    return produce(out -> KoilaNative.koila_permute(out, address(), dimsArg), this);
   }
 
-  /** Dims {@code d0} and {@code d1} swapped. */
+  /** Two dims swapped. */
   public Tensor transpose(long d0, long d1) {
     return produce(out -> KoilaNative.koila_transpose(out, address(), d0, d1), this);
   }
@@ -1430,29 +1286,14 @@ public final class Tensor extends NativeHandle {
     return produce(out -> KoilaNative.koila_flatten(out, address(), start, end), this);
   }
 
-  /** All dims merged into one. */
-  public Tensor flatten() {
-    return flatten(0, -1);
-  }
-
-  /** Dim {@code dim} removed when its size is 1; the same shape otherwise (as PyTorch). */
+  /** Removes {@code dim} when its size is 1 (else the shape is unchanged, as PyTorch). */
   public Tensor squeeze(long dim) {
     return produce(out -> KoilaNative.koila_squeeze(out, address(), dim), this);
   }
 
-  /** A new dim of size 1 inserted at {@code dim}. */
+  /** Inserts a dim of size 1 at {@code dim}. */
   public Tensor unsqueeze(long dim) {
     return produce(out -> KoilaNative.koila_unsqueeze(out, address(), dim), this);
-  }
-
-  /** {@code length} elements of dim {@code dim} from {@code start}. */
-  public Tensor narrow(long dim, long start, long length) {
-    return produce(out -> KoilaNative.koila_narrow(out, address(), dim, start, length), this);
-  }
-
-  /** The entries of dim {@code dim} picked by the 1-D integer tensor {@code index}. */
-  public Tensor indexSelect(long dim, Tensor index) {
-    return produce(out -> KoilaNative.koila_index_select(out, address(), dim, required(index, "index")), this, index);
   }
 
   /** The tensors joined along the existing dim {@code dim}. */
@@ -1461,81 +1302,129 @@ public final class Tensor extends NativeHandle {
     return produce(out -> KoilaNative.koila_cat(out, handles, dim), (Object) tensors);
   }
 
-  /** The tensors joined along the existing dim {@code dim}. */
-  public static Tensor cat(List<? extends Tensor> tensors, long dim) {
-    return cat(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
-  }
-
   /** The tensors (of one shape) stacked along a new dim {@code dim}. */
   public static Tensor stack(Tensor[] tensors, long dim) {
     long[] handles = addresses(tensors, "tensors");
     return produce(out -> KoilaNative.koila_stack(out, handles, dim), (Object) tensors);
   }
 
-  /** The tensors (of one shape) stacked along a new dim {@code dim}. */
-  public static Tensor stack(List<? extends Tensor> tensors, long dim) {
-    return stack(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
+  /** {@code length} entries of {@code dim} from {@code start}. */
+  public Tensor narrow(long dim, long start, long length) {
+    return produce(out -> KoilaNative.koila_narrow(out, address(), dim, start, length), this);
   }
 
-  // ---------------------------------------------------------------------------------------
-  // Losses
-  // ---------------------------------------------------------------------------------------
-
-  @FunctionalInterface
-  private interface Loss {
-    long call(long[] out, long a, long b, int reduction);
-  }
-
-  private Tensor loss(Loss op, Tensor target, Reduction reduction) {
-    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
-    return produce(out -> op.call(out, address(), required(target, "target"), reduction.value()), this, target);
+  /** The entries of {@code dim} picked by the 1-D integer tensor {@code index} (0-based values). */
+  public Tensor indexSelect(long dim, Tensor index) {
+    return produce(out -> KoilaNative.koila_index_select(out, address(), dim, required(index, "index")), this, index);
   }
 
   /**
-   * The cross entropy of these logits [N, C, ...] against class indices [N, ...] (integer)
-   * or class probabilities shaped like the logits. Class index -100 is ignored.
+   * The cross entropy of logits [N, C, ...] against class indices [N, ...] (integer) or class probabilities shaped
+   * like the logits. Class index -100 is ignored.
    */
   public Tensor crossEntropy(Tensor target, Reduction reduction) {
-    return loss(KoilaNative::koila_cross_entropy, target, reduction);
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> KoilaNative.koila_cross_entropy(out, address(), required(target, "target"),
+        reduction.value()), this, target);
   }
 
-  /** The negative log likelihood of these log-probabilities [N, C, ...] for class indices. */
+  /** The negative log likelihood of log-probabilities [N, C, ...] for class indices. */
   public Tensor nllLoss(Tensor target, Reduction reduction) {
-    return loss(KoilaNative::koila_nll_loss, target, reduction);
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> KoilaNative.koila_nll_loss(out, address(), required(target, "target"),
+        reduction.value()), this, target);
   }
 
-  /** The squared error between this tensor and {@code target}. */
+  /** The squared error against {@code target}. */
   public Tensor mseLoss(Tensor target, Reduction reduction) {
-    return loss(KoilaNative::koila_mse_loss, target, reduction);
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> KoilaNative.koila_mse_loss(out, address(), required(target, "target"),
+        reduction.value()), this, target);
   }
 
-  /** The absolute error between this tensor and {@code target}. */
+  /** The absolute error against {@code target}. */
   public Tensor l1Loss(Tensor target, Reduction reduction) {
-    return loss(KoilaNative::koila_l1_loss, target, reduction);
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> KoilaNative.koila_l1_loss(out, address(), required(target, "target"),
+        reduction.value()), this, target);
   }
 
-  /** The binary cross entropy of these logits against {@code target} probabilities. */
+  /** The binary cross entropy of logits against {@code target} probabilities. */
   public Tensor binaryCrossEntropyWithLogits(Tensor target, Reduction reduction) {
-    return loss(KoilaNative::koila_binary_cross_entropy_with_logits, target, reduction);
+    if (reduction == null) throw KoilaException.invalid("argument 'reduction' is null");
+    return produce(out -> KoilaNative.koila_binary_cross_entropy_with_logits(out, address(), required(target, "target"),
+        reduction.value()), this, target);
   }
-
-  // ---------------------------------------------------------------------------------------
-  // Attention
-  // ---------------------------------------------------------------------------------------
 
   /**
-   * {@code softmax(q k^T / sqrt(E) + mask) v}.
-   *
-   * @param q [..., L, E]
-   * @param k [..., S, E]
-   * @param v [..., S, Ev]
-   * @param attnMask broadcasting to [..., L, S], or null: a BOOL mask keeps the positions that
-   *     are true, a floating mask is added
-   * @param isCausal mask positions j &gt; i (may be combined with attnMask)
+   * {@code softmax(q k^T / sqrt(E) + mask) v} with q [..., L, E], k [..., S, E], v [..., S, Ev]. A Bool {@code
+   * attn_mask} keeps the positions that are true, a floating one is added; {@code is_causal} masks j &gt; i and may
+   * be combined with a mask.
    */
   public static Tensor scaledDotProductAttention(Tensor q, Tensor k, Tensor v, Tensor attnMask, boolean isCausal) {
     return produce(out -> KoilaNative.koila_scaled_dot_product_attention(out, required(q, "q"), required(k, "k"),
         required(v, "v"), addressOf(attnMask, "attnMask"), isCausal ? 1 : 0), q, k, v, attnMask);
+  }
+
+  // End of the generated operators.
+
+  // ---------------------------------------------------------------------------------------
+  // Shorter forms of the operators, with PyTorch's defaults
+  // ---------------------------------------------------------------------------------------
+
+  /** A 1-d convolution with stride 1, no padding, dilation 1 and one group. */
+  public Tensor conv1d(Tensor weight, Tensor bias) {
+    return conv1d(weight, bias, null, null, null, 1);
+  }
+
+  /** A 2-d convolution with stride 1, no padding, dilation 1 and one group. */
+  public Tensor conv2d(Tensor weight, Tensor bias) {
+    return conv2d(weight, bias, null, null, null, 1);
+  }
+
+  /** 2-d max pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
+  public Tensor maxPool2d(long... kernel) {
+    return maxPool2d(kernel, null, null, false);
+  }
+
+  /** 2-d average pooling with stride = kernel and no padding; {@code kernel}: 2 values, or 1 for both. */
+  public Tensor avgPool2d(long... kernel) {
+    return avgPool2d(kernel, null, null, false);
+  }
+
+  /** The sum of all elements (a scalar). */
+  public Tensor sum() {
+    return sum(null, false);
+  }
+
+  /** The mean of all elements (a scalar). */
+  public Tensor mean() {
+    return mean(null, false);
+  }
+
+  /** The largest element (a scalar). */
+  public Tensor amax() {
+    return amax(null, false);
+  }
+
+  /** The smallest element (a scalar). */
+  public Tensor amin() {
+    return amin(null, false);
+  }
+
+  /** All dims merged into one. */
+  public Tensor flatten() {
+    return flatten(0, -1);
+  }
+
+  /** The tensors joined along the existing dim {@code dim}. */
+  public static Tensor cat(List<? extends Tensor> tensors, long dim) {
+    return cat(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
+  }
+
+  /** The tensors (of one shape) stacked along a new dim {@code dim}. */
+  public static Tensor stack(List<? extends Tensor> tensors, long dim) {
+    return stack(tensors == null ? null : tensors.toArray(new Tensor[0]), dim);
   }
 
   // ---------------------------------------------------------------------------------------
