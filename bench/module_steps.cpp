@@ -1,6 +1,7 @@
-// Benchmark 12 (issue 26): what a training step through a module costs in koila when the
-// batch fits. For every model of the real-model corpus (tests/corpus), in each module mode
-// it has references for, at its corpus batch, through the C API:
+// bench_module_steps (issue 26; figures: docs/BENCHMARKS.md#bench_module_steps): what a
+// training step through a module costs in koila when the batch fits. For every model of the
+// real-model corpus (tests/corpus), in each module mode it has references for, at its corpus
+// batch, through the C API:
 //
 //   lazy step    zero the gradients, wrap the batch and the targets with koila_lazy, call
 //                the module (koila_module_forward), the mean cross entropy, koila_backward:
@@ -51,9 +52,9 @@
 #include <vector>
 
 #include "corpus.h"
+#include "kernels/fused_grads.h"
 #include "plan/estimate.h"
 #include "plan/memo.h"
-#include "run/fused_grads.h"
 #include "small_op_graph.h"
 
 using namespace koila_corpus;
@@ -342,7 +343,7 @@ int main(int argc, char** argv) {
       }
       // 401 steps of each: the ratios of single steps of this graph spread over 0.95-1.17 (its
       // eager step is 11-16 ms of small ops); four times the steps halve the sampling error of
-      // their median (BENCHMARKS §26).
+      // their median (docs/benchmarks-log/log.md §26).
       const int n = std::max(repeats, 401);
       for (int i = 0; i < n; ++i)
         for (const bool lazy : {i % 2 == 0, i % 2 != 0})  // (which goes first alternates)

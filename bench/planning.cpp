@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "kernels/fused_grads.h"
 #include "plan/estimate.h"
 #include "plan/memo.h"
-#include "run/fused_grads.h"
 #include "small_op_graph.h"
 
 namespace {

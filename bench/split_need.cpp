@@ -22,10 +22,10 @@
 
 #include "api/handles.h"
 #include "bench_common.h"
+#include "kernels/fused_grads.h"
 #include "plan/memo.h"
 #include "run/analysis.h"
 #include "run/chunked_run.h"
-#include "run/fused_grads.h"
 
 namespace {
 

@@ -16,9 +16,9 @@
 
 #include "base/libtorch_compat.h"
 #include "corpus/corpus.h"
+#include "kernels/fused_grads.h"
 #include "module_helpers.h"
 #include "plan/planner.h"
-#include "run/fused_grads.h"
 #include "temp_dir.h"
 
 namespace koila_test {

@@ -1,5 +1,5 @@
 // Issue 28, item 2: in a backward whose gradients go into .grad, linear layers add their
-// weight gradients into the weight's .grad inside the matrix product (run/fused_grads.h),
+// weight gradients into the weight's .grad inside the matrix product (kernels/fused_grads.h),
 // so that a split run holds no weight-sized temporary per layer and splitting pays where
 // gradients dominate. Checked against eager LibTorch's gradients and koila's allocator.
 #include <torch/csrc/autograd/autograd.h>
@@ -7,12 +7,12 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "grad_helpers.h"
+#include "kernels/fused_grads.h"
 #include "module/module.h"
 #include "module_helpers.h"
 #include "plan/memo.h"
 #include "plan/planner.h"
 #include "run/chunked_run.h"
-#include "run/fused_grads.h"
 #include "scripted_models.h"
 #include "temp_dir.h"
 
@@ -102,7 +102,7 @@ TEST(FusedGrads, HeldGradientsAddUpSplitOrNot) {
 }
 
 // An unsplit pass into zeroed .grad: a lone small linear layer runs as LibTorch's own
-// (fusing one small layer saves no time: BENCHMARKS §27), a pass of several
+// (fusing one small layer saves no time: docs/benchmarks-log/log.md §27), a pass of several
 // fuses them all, and a lone layer of 1 MiB or more still fuses (its temporary is not
 // small). Gradients equal eager LibTorch's in each case, and the estimate is the run's.
 TEST(FusedGrads, AnUnsplitPassFusesASmallLinearLayerOnlyAmongOthers) {

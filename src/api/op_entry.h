@@ -1,4 +1,4 @@
-// The wrapper every operator entry point (api/ops_*.cpp) shares: checks `out`, decodes
+// The wrapper every operator entry point (api/op_entries.cpp) shares: checks `out`, decodes
 // nothing itself, calls the engine's op (ops/) with the entry's own name, so that the name
 // is written once (the C function's) and reaches the node and the status alike, and hands
 // back a new handle.

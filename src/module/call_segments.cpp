@@ -15,9 +15,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "kernels/batch_stats.h"
 #include "module/call.h"
 #include "module/twin.h"
-#include "run/batch_stats.h"
 
 namespace koila::module_detail {
 

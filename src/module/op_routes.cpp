@@ -8,8 +8,8 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "run/batch_stats.h"
-#include "run/fused_grads.h"
+#include "kernels/batch_stats.h"
+#include "kernels/fused_grads.h"
 
 namespace koila {
 namespace {

@@ -14,11 +14,11 @@
 #include "base/error.h"
 #include "base/libtorch_compat.h"
 #include "base/random_scope.h"
+#include "kernels/batch_stats.h"
+#include "kernels/fused_grads.h"
 #include "module/call_errors.h"
 #include "module/call_segments.h"
 #include "module/twin.h"
-#include "run/batch_stats.h"
-#include "run/fused_grads.h"
 #include "run/recompute.h"
 
 namespace koila::module_detail {

@@ -4,9 +4,9 @@
 
 #include <limits>
 
+#include "kernels/batch_stats.h"
+#include "kernels/fused_grads.h"
 #include "ops/common.h"
-#include "run/batch_stats.h"
-#include "run/fused_grads.h"
 
 using namespace koila;
 using batch::Metas;

@@ -8,9 +8,9 @@
 
 #include "base/error.h"
 #include "base/pointer_index.h"
-#include "run/batch_stats.h"
+#include "kernels/batch_stats.h"
+#include "kernels/fused_grads.h"
 #include "run/executor.h"
-#include "run/fused_grads.h"
 #include "run/zeroed_grads.h"
 
 namespace koila {

@@ -17,7 +17,7 @@
 #include "base/libtorch_compat.h"
 #include "base/random_scope.h"
 #include "base/text.h"
-#include "run/batch_stats.h"
+#include "kernels/batch_stats.h"
 
 namespace koila {
 

@@ -1,4 +1,4 @@
-#include "run/fused_grads.h"
+#include "kernels/fused_grads.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -70,7 +70,7 @@ at::Tensor fusion_target(torch::autograd::AutogradContext* ctx, const at::Tensor
 // another tensor). (torch::autograd::Function cost a context with a map of saved data and
 // the wrapping of its inputs and outputs, about twenty allocations a layer: the 1001-node
 // graph's lazy step took 1.08 of LibTorch's with it, 0.99 without, §27 of
-// docs/BENCHMARKS.md.) Its gradients: the input's and the bias's as LibTorch computes them,
+// docs/benchmarks-log/log.md.) Its gradients: the input's and the bias's as LibTorch computes them,
 // the weight's added into its .grad or made contiguous [out, in] (which AccumulateGrad keeps
 // without a copy).
 struct FusedLinearBackward : torch::autograd::Node {
@@ -269,7 +269,7 @@ namespace {
 // one linear layer does not fuse it when it is small. Its gradient is then made whole and
 // added by AccumulateGrad, as LibTorch does: the temporary is under a MiB, and fusing one
 // small layer saves no time (conv1d_net's 48 -> 10 head: the same step either way; gru and
-// lstm about 0.5% slower fused, §27 of docs/BENCHMARKS.md). A pass of several linear layers
+// lstm about 0.5% slower fused, §27 of docs/benchmarks-log/log.md). A pass of several linear layers
 // fuses them all (transformers, MLPs: faster than LibTorch's own linear), and a split pass
 // fuses every one, where each chunk after the first would otherwise make the temporary again.
 constexpr int64_t kSmallLinearBytes = kWholeBytes;

@@ -1,4 +1,4 @@
-#include "run/batch_stats.h"
+#include "kernels/batch_stats.h"
 
 #include <c10/core/GradMode.h>
 
