@@ -107,7 +107,8 @@ std::string_view family(std::string_view name) {
 // and every op nested in one, and autograd's engine rebuilds its callback lists at every
 // function. The 1001-node graph's first plan took 1.51-1.57 times as long as without
 // following with every op through RecordFunction, 1.13-1.24 with backwards through
-// BackwardOps, about 1.06 so (1.095 in instructions; BENCHMARKS §21 and §22).
+// BackwardOps, about 1.06 so (1.095 in instructions: docs/BENCHMARKS.md#bench_planning; the
+// earlier ratios are in docs/benchmarks-log/log.md §21 and §22).
 class OpPoints : public RunObserver, public OpListener {
  public:
   using Take = std::function<bool(uint64_t* live, uint64_t* peak)>;
@@ -259,7 +260,8 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // `needed`: where the run itself (not the probe's copies) runs out of memory, what it needed
 // at least (what it held and asked for: the CPU's figure; on a device, more than it held).
 uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
-               bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr, uint64_t* needed = nullptr) {
+               uint64_t budget_bytes, bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr,
+               uint64_t* needed = nullptr) {
   const c10::Device device = canonical_device(root->meta.device);
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
@@ -268,7 +270,7 @@ uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chu
   // there (cuBLAS's workspace) is taken before, not counted as the graph's.
   prepare_device(device);
   const uint64_t current = memory_stats(device).current;
-  BudgetScope limit(device, std::min(budget(device), current + std::min(room, UINT64_MAX - current)));
+  BudgetScope limit(device, std::min(budget_bytes, current + std::min(room, UINT64_MAX - current)));
   std::unordered_map<const Node*, at::Tensor> copies;
   for (const Node* node : a.nodes()) {
     if (node->kind != NodeKind::Op || !node->mutates_state) continue;
@@ -385,7 +387,11 @@ uint64_t per_chunk_stats_bytes(const Analysis& a, int64_t chunks) {
 }  // namespace
 
 Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
-    : root_(root), a_(a), mode_(mode), record_(graph_record(root, a, mode, &grad_starts_)) {}
+    : root_(root),
+      a_(a),
+      mode_(mode),
+      record_(graph_record(root, a, mode, &grad_starts_)),
+      budget_(budget(canonical_device(root->meta.device))) {}
 
 int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
 
@@ -427,7 +433,7 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
     std::vector<OpPoint> ops;
     const bool follow = by_op && !sim->ops.empty();  // (nothing to compare with otherwise)
     const uint64_t real =
-        probe(root_, a_, mode_, samples, chunks, room_, like_a_chunk, follow ? &ops : nullptr, &needed);
+        probe(root_, a_, mode_, samples, chunks, room_, budget_, like_a_chunk, follow ? &ops : nullptr, &needed);
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
     if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
@@ -502,7 +508,7 @@ void Estimator::fit() {
   for (int64_t samples = 1; samples == 1 || samples <= a_.batch / 4; samples *= 2) {
     if (!a_.splits(samples)) break;
     try {
-      r.probes[samples] = probe(root_, a_, mode_, samples, 2, room_);
+      r.probes[samples] = probe(root_, a_, mode_, samples, 2, room_, budget_);
     } catch (...) {
       const std::exception_ptr e = std::current_exception();
       r.probe_failure = reason(e);

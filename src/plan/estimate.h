@@ -69,8 +69,10 @@ class Estimator {
   // A probe whose run runs out of memory within it shows that its chunk, and every larger one,
   // needs at least what that run held and asked for: their figures in this plan are then at
   // least that.
-  void set_room(uint64_t bytes) {
+  // `budget`: the plan's (Plan::budget_bytes), which probes are held to as well.
+  void set_room(uint64_t bytes, uint64_t budget) {
     room_ = bytes;
+    budget_ = budget;
     needed_at_least_.clear();
   }
 
@@ -148,6 +150,7 @@ class Estimator {
   GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
+  uint64_t budget_;  // the plan's budget (set_room); until then, the device's when the estimator was made
   std::map<int64_t, uint64_t> needed_at_least_;  // samples -> what a probe's run needed, out of room
   koila_batch_stats batch_stats_ = KOILA_BATCH_STATS_EXACT;
 };

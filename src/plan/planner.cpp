@@ -317,7 +317,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
 // fails (see make_plan).
 Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& estimator, bool with_source = true) {
   Plan p = device_plan(root, mode);
-  estimator.set_room(room_left(p));
+  estimator.set_room(room_left(p), p.budget_bytes);
   p.batch = a.batch;
   p.batch_stats = batch_stats();
   estimator.set_batch_stats(p.batch_stats);
