@@ -43,7 +43,8 @@
   X(sigmoid, at::sigmoid(x), false) \
   X(relu, at::relu(x), false)       \
   X(gelu, at::gelu(x), false)       \
-  X(silu, at::silu(x), false)
+  X(silu, at::silu(x), false)       \
+  X(erf, at::erf(x), false)
 
 #define KOILA_SMOOTH_UNARY_OPS(X) \
   X(neg)                          \
@@ -52,7 +53,8 @@
   X(tanh)                         \
   X(sigmoid)                      \
   X(gelu)                         \
-  X(silu)
+  X(silu)                         \
+  X(erf)
 
 #define KOILA_FUZZ_BINARY_OPS(X) \
   X(add)                         \
@@ -91,7 +93,8 @@
   X(sigmoid)                    \
   X(relu)                       \
   X(gelu)                       \
-  X(silu)
+  X(silu)                       \
+  X(erf)
 
 #define KOILA_FUZZ_WITH_DIM_OPS(X) \
   X(softmax)                       \

@@ -96,6 +96,13 @@ SiLU (`x * sigmoid(x)`), elementwise; x must be floating.
 silu(x::Tensor) = _new(LibKoila.koila_silu, x)
 
 """
+    erf(x)
+
+The error function, elementwise (integer inputs give a floating result).
+"""
+erf(x::Tensor) = _new(LibKoila.koila_erf, x)
+
+"""
     leaky_relu(x, slope = 0.01)
 
 `max(x, 0) + slope * min(x, 0)`, elementwise.
@@ -178,5 +185,5 @@ The entries of `dim` picked by the 1-D integer tensor `index` (0-based values). 
 index_select(x::Tensor, dim::Integer, index::Tensor) =
     _new(LibKoila.koila_index_select, x, _cdim(dim), index)
 
-export rsqrt, sigmoid, relu, gelu, silu, leaky_relu, softmax, log_softmax, matmul, linear,
+export rsqrt, sigmoid, relu, gelu, silu, erf, leaky_relu, softmax, log_softmax, matmul, linear,
        embedding, squeeze, unsqueeze, index_select

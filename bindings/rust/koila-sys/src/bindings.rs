@@ -761,6 +761,9 @@ extern "C" {
     pub fn koila_silu(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
+    pub fn koila_erf(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
+}
+extern "C" {
     pub fn koila_leaky_relu(
         out: *mut *mut koila_tensor,
         x: *const koila_tensor,

@@ -162,6 +162,11 @@ impl Tensor {
         make(|out| unsafe { sys::koila_silu(out, self.as_ptr()) })
     }
 
+    /// The error function, elementwise (integer inputs give a floating result).
+    pub fn erf(&self) -> Result<Tensor> {
+        make(|out| unsafe { sys::koila_erf(out, self.as_ptr()) })
+    }
+
     /// `max(x, 0) + slope * min(x, 0)`, elementwise.
     pub fn leaky_relu(&self, slope: f64) -> Result<Tensor> {
         make(|out| unsafe { sys::koila_leaky_relu(out, self.as_ptr(), slope) })

@@ -1122,6 +1122,11 @@ public final class Tensor extends NativeHandle {
     return produce(out -> KoilaNative.koila_silu(out, address()), this);
   }
 
+  /** The error function, elementwise (integer inputs give a floating result). */
+  public Tensor erf() {
+    return produce(out -> KoilaNative.koila_erf(out, address()), this);
+  }
+
   /** {@code max(x, 0) + slope * min(x, 0)}, elementwise. */
   public Tensor leakyRelu(double slope) {
     return produce(out -> KoilaNative.koila_leaky_relu(out, address(), slope), this);
