@@ -1,5 +1,5 @@
-// Benchmark 7 (issue 13, items 5 and 3): what chunking costs on the real-model corpus
-// (tests/corpus), on the CPU, through the C API.
+// bench_chunking (issue 13, items 5 and 3; figures: docs/BENCHMARKS.md#bench_chunking): what
+// chunking costs on the real-model corpus (tests/corpus), on the CPU, through the C API.
 //
 //   7a. Cost of splitting: the training step (zero_grad, then koila_backward of the mean
 //       cross entropy, planning included) unsplit and under budgets of 1/2, 1/4 and 1/8 of

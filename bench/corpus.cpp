@@ -1,4 +1,4 @@
-// Benchmark 5: the real-model corpus (tests/corpus, issue 12). For each model, module mode
+// bench_corpus: the real-model corpus (tests/corpus, issue 12). For each model, module mode
 // and koila mode (forward: read the logits; training: backward of the mean cross entropy):
 // the plan's estimate against the measured peak of the unsplit run, where the figure came
 // from (the plan description's source), the planning time (the first plan of a freshly
@@ -6,7 +6,8 @@
 // second .grad state and is simulated once more; and the median of 5 plans after the timed
 // steps, as every later step of a training loop plans), the unsplit step time, and the run under the
 // largest budget whose plan has at least 3 chunks (its peak against the budget).
-// Figures are extras: the peak less what was held before the run.
+// Figures are extras: the peak less what was held before the run. Recorded figures:
+// docs/BENCHMARKS.md#bench_corpus.
 //
 //   corpus [corpus dir] [repeats]     (default: the build tree's corpus, 5)
 #include <algorithm>

@@ -1,5 +1,6 @@
-// Benchmark 1: the planner's estimated peak against the peak measured while running, per
-// model, batch size and mode, unsplit and in chunks.
+// bench_memory_estimate: the planner's estimated peak against the peak measured while running,
+// per model, batch size and mode, unsplit and in chunks. Figures and how to read them:
+// docs/BENCHMARKS.md#bench_memory_estimate.
 //
 //   memory_estimate [device]     (default cpu)
 #include <cmath>

@@ -1,8 +1,9 @@
-// Benchmark 4: TorchScript modules through koila. The planner's estimated peak against the
+// bench_modules: TorchScript modules through koila. The planner's estimated peak against the
 // measured one for module graphs (a TorchScript MLP and CNN, cross entropy after them),
 // and the time of a training step through koila against plain TorchScript when the batch
 // fits (LibTorch's default optimizing executor, and operator by operator as koila runs
-// modules), and in chunks under a quarter of the unsplit need.
+// modules), and in chunks under a quarter of the unsplit need. Figures:
+// docs/BENCHMARKS.md#bench_modules.
 //
 //   modules [device] [repeats]     (default cpu, 11)
 #include <torch/csrc/jit/runtime/graph_executor.h>

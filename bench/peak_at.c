@@ -1,9 +1,9 @@
 /* koila's estimate of a training step (mean cross entropy over 10 classes, class 0 as
    every target) of a TorchScript model at a given batch, against the measured peak of
-   that step run through koila with room (a 100 GiB budget), on a device: the figures of
-   BENCHMARKS §22 (CPU) and of the H200 section of the same session, at batches larger
-   than the corpus's. Not part of the build:
-     gcc -std=c99 -O1 -Iinclude scripts/peak_at.c -Lbuild -lkoila -Wl,-rpath,$PWD/build -o peak_at
+   that step run through koila with room (a 100 GiB budget), on a device, at batches larger
+   than the corpus's: the figures of docs/BENCHMARKS.md#peak_at. Not part of the build
+   (CMake lists bench/'s programs by name); from the repository root:
+     gcc -std=c99 -O1 -Iinclude bench/peak_at.c -Lbuild -lkoila -Wl,-rpath,$PWD/build -o peak_at
      ./peak_at cpu build/tests/corpus/models/unet_small.pt 3x32x32 64 [MODEL SHAPE BATCH ...]
    To be replaced by larger batches in bench_corpus. */
 #include <stdint.h>

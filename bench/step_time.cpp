@@ -1,8 +1,9 @@
-// Benchmarks 2 and 3: the time of a training step (forward + backward, gradients into
+// bench_step_time: the time of a training step (forward + backward, gradients into
 // .grad) through koila against the same step in plain LibTorch when the batch fits, and
 // the time of chunked steps under budgets of 1/2, 1/4 and 1/8 of the unsplit need. Then
 // (issue 13, item 3) KOILA_CHUNK_FASTEST against LARGEST when the batch fits: the chunk
-// FASTEST measured fastest, and both policies' step times.
+// FASTEST measured fastest, and both policies' step times. Figures:
+// docs/BENCHMARKS.md#bench_step_time.
 //
 //   step_time [device] [repeats]     (default cpu, 11)
 #include <algorithm>

@@ -763,8 +763,8 @@ TEST(Ops, ReductionOfBatchFeedingBatchedWorkCouples) {
 }
 
 // koila fills in meta kernels only where LibTorch lacks them: every op it filled now has a
-// Meta kernel, none twice. The list printed is what this LibTorch lacked (docs/BENCHMARKS.md
-// compares versions).
+// Meta kernel, none twice. The list printed is what this LibTorch lacked (docs/benchmarks-log/log.md
+// §10 compares versions).
 TEST(MetaKernels, FilledInOnlyWhereLibTorchLacksThem) {
   const std::vector<std::string> names = koila::filled_in_meta_kernels();
   std::string list;

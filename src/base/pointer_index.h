@@ -8,7 +8,7 @@
 // few dozen pointers, and allocate nothing. (An array of a kilobyte or more is a "large"
 // request to glibc's malloc, which first merges every small chunk freed since, LibTorch's
 // thousands a step: 1-3 us an index. The merge then falls to the next large request, a
-// tensor's, so a step as a whole did not get measurably faster: docs/BENCHMARKS.md §25.)
+// tensor's, so a step as a whole did not get measurably faster: docs/benchmarks-log/log.md §25.)
 #pragma once
 
 #include <algorithm>
