@@ -408,10 +408,10 @@ TEST(Chunking, UnknownValuesAreRefusedAndChangeNothing) {
     EXPECT_EQ(koila_status_code(s), KOILA_ERROR_INVALID_ARGUMENT) << bad;
     EXPECT_NE(std::strstr(koila_status_message(s), "koila_chunking"), nullptr) << koila_status_message(s);
     koila_status_free(s);
-    EXPECT_EQ(koila::chunking(), KOILA_CHUNK_FASTEST);
+    EXPECT_EQ(koila::chunking(), koila::Chunking::Fastest);
   }
   ASSERT_OK(koila_set_chunking(KOILA_CHUNK_LARGEST));
-  EXPECT_EQ(koila::chunking(), KOILA_CHUNK_LARGEST);
+  EXPECT_EQ(koila::chunking(), koila::Chunking::Largest);
 }
 
 }  // namespace

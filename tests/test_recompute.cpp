@@ -142,7 +142,7 @@ TEST(Recompute, SegmentsAreChecked) {
     koila::segment_ops(missing);
     ADD_FAILURE() << "a segment reaching a leaf not among its inputs was accepted";
   } catch (const koila::Error& e) {
-    EXPECT_EQ(e.code(), KOILA_ERROR_INVALID_ARGUMENT) << e.what();
+    EXPECT_EQ(e.code(), koila::Code::InvalidArgument) << e.what();
   }
   EXPECT_EQ(koila::segment_ops(m.segment()).size(), 5u);  // matmul, tanh, dropout, matmul, relu
   // Batch norm in training changes its running statistics: recomputed on copies of them

@@ -5,27 +5,25 @@
 namespace koila::arg {
 
 void not_null(const void* p, const char* name) {
-  if (p == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + name + "' is NULL");
+  if (p == nullptr) fail(Code::InvalidArgument, std::string("argument '") + name + "' is NULL");
 }
 
 bool flag(int value, const char* name) {
   if (value != 0 && value != 1)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(name) + " must be 0 or 1, got " + std::to_string(value));
+    fail(Code::InvalidArgument, std::string(name) + " must be 0 or 1, got " + std::to_string(value));
   return value == 1;
 }
 
 int enum_value(int value, const char* name, const char* type_name, int lo, int hi) {
   if (value < lo || value > hi)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown " + std::string(type_name) + " " + std::to_string(value) +
-                                           " for argument '" + name + "' (expected " + std::to_string(lo) + ".." +
-                                           std::to_string(hi) + ")");
+    fail(Code::InvalidArgument, "unknown " + std::string(type_name) + " " + std::to_string(value) + " for argument '" +
+                                    name + "' (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
   return value;
 }
 
 std::vector<int64_t> ints(const int64_t* p, size_t n, const char* name) {
   if (n > 0 && p == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
-         std::string("argument '") + name + "' is NULL but its count is " + std::to_string(n));
+    fail(Code::InvalidArgument, std::string("argument '") + name + "' is NULL but its count is " + std::to_string(n));
   return n > 0 ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>{};
 }
 
@@ -35,7 +33,7 @@ std::vector<int64_t> ints_or(const int64_t* p, size_t n, int64_t fallback) {
 
 std::vector<NodePtr> tensors(koila_tensor* const* ts, size_t n, const char* name, bool may_be_empty) {
   if (n == 0 && !may_be_empty)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("the list '") + name + "' is empty (its count is 0)");
+    fail(Code::InvalidArgument, std::string("the list '") + name + "' is empty (its count is 0)");
   if (n > 0) not_null(ts, name);
   std::vector<NodePtr> nodes;
   nodes.reserve(n);
@@ -48,7 +46,7 @@ std::vector<NodePtr> tensors(koila_tensor* const* ts, size_t n, const char* name
 
 void buffer(const char* buf, size_t capacity, const char* name) {
   if (capacity > 0 && buf == nullptr)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
+    fail(Code::InvalidArgument,
          std::string("argument '") + name + "' is NULL but capacity is " + std::to_string(capacity));
 }
 

@@ -20,7 +20,7 @@
 
 namespace koila::arg {
 
-// Fails with KOILA_ERROR_INVALID_ARGUMENT "argument 'name' is NULL".
+// Fails with Code::InvalidArgument "argument 'name' is NULL".
 void not_null(const void* p, const char* name);
 
 // Checks an output pointer and clears what it points to.

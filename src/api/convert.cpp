@@ -22,7 +22,7 @@ at::ScalarType to_scalar_type(const koila_dtype& dtype) {
     case KOILA_UINT8: return at::kByte;
     case KOILA_BOOL: return at::kBool;
   }
-  fail(KOILA_ERROR_INTERNAL, "koila_dtype without a LibTorch type");
+  fail(Code::Internal, "koila_dtype without a LibTorch type");
 }
 
 at::Reduction::Reduction to_reduction(const koila_reduction& r) {
@@ -31,7 +31,7 @@ at::Reduction::Reduction to_reduction(const koila_reduction& r) {
     case KOILA_REDUCTION_MEAN: return at::Reduction::Mean;
     case KOILA_REDUCTION_SUM: return at::Reduction::Sum;
   }
-  fail(KOILA_ERROR_INTERNAL, "koila_reduction without a LibTorch reduction");
+  fail(Code::Internal, "koila_reduction without a LibTorch reduction");
 }
 
 koila_dtype to_koila_dtype(at::ScalarType type) {
@@ -47,7 +47,7 @@ koila_dtype to_koila_dtype(at::ScalarType type) {
     case at::kBool: return KOILA_BOOL;
     default: break;
   }
-  fail(KOILA_ERROR_DTYPE, std::string("dtype ") + c10::toString(type) + " has no koila_dtype");
+  fail(Code::Dtype, std::string("dtype ") + c10::toString(type) + " has no koila_dtype");
 }
 
 c10::Device parse_device(const char* device) {
@@ -67,25 +67,24 @@ c10::Device parse_device(const char* device) {
       index = index * 10 + (text[i] - '0');
     }
   }
-  if (index < 0) fail(KOILA_ERROR_DEVICE, "unknown device \"" + text + "\" (expected \"cpu\", \"cuda\" or \"cuda:N\")");
+  if (index < 0) fail(Code::Device, "unknown device \"" + text + "\" (expected \"cpu\", \"cuda\" or \"cuda:N\")");
   if (!at::hasCUDA())
-    fail(KOILA_ERROR_DEVICE,
+    fail(Code::Device,
          "device \"" + text + "\" is not available: this LibTorch has no CUDA support or no CUDA device is present");
   const int64_t count = static_cast<int64_t>(at::getNumGPUs());
   if (index >= count)
-    fail(KOILA_ERROR_DEVICE,
+    fail(Code::Device,
          "device \"" + text + "\" is not available: " + std::to_string(count) + " CUDA device(s) present");
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 std::vector<int64_t> checked_shape(const int64_t* shape, size_t ndim, const char* what) {
   if (ndim > 64)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
-         std::string(what) + " has " + std::to_string(ndim) + " dims; at most 64 are supported");
+    fail(Code::InvalidArgument, std::string(what) + " has " + std::to_string(ndim) + " dims; at most 64 are supported");
   const std::vector<int64_t> out = arg::ints(shape, ndim, what);
   for (size_t i = 0; i < ndim; ++i)
     if (out[i] < 0)
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
+      fail(Code::InvalidArgument,
            std::string(what) + " " + shape_string(out) + " has a negative size at dim " + std::to_string(i));
   checked_numel(out);
   return out;

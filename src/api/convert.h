@@ -13,9 +13,9 @@
 namespace koila {
 
 // Takes the argument by reference: an unknown value is refused before it is ever loaded as
-// a koila_dtype (KOILA_ERROR_INVALID_ARGUMENT, see args.h).
+// a koila_dtype (Code::InvalidArgument, see args.h).
 at::ScalarType to_scalar_type(const koila_dtype& dtype);
-koila_dtype to_koila_dtype(at::ScalarType type);  // KOILA_ERROR_DTYPE when not in the API
+koila_dtype to_koila_dtype(at::ScalarType type);  // Code::Dtype when not in the API
 
 // Parses "cpu", "cuda", "cuda:N" and checks that the device is available.
 c10::Device parse_device(const char* device);

@@ -14,8 +14,8 @@ KOILA_API koila_status* koila_tensor_from_dlpack(koila_tensor** out, void* manag
   return guard(__func__, [&] {
     // Before anything can fail, the struct is owned: every failure below releases it.
     if (versioned != 0 && versioned != 1)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "versioned must be 0 (DLManagedTensor) or 1 (DLManagedTensorVersioned), got " +
-                                             std::to_string(versioned) + "; managed was not touched");
+      fail(Code::InvalidArgument, "versioned must be 0 (DLManagedTensor) or 1 (DLManagedTensorVersioned), got " +
+                                      std::to_string(versioned) + "; managed was not touched");
     at::Tensor t = dlpack::from_dlpack(managed, versioned == 1);
     arg::out(out);
     *out = new_handle(make_constant(std::move(t)));

@@ -17,14 +17,11 @@ KOILA_API koila_status* koila_group_new(koila_group** out, const char* backend, 
     arg::out(out);
     arg::not_null(backend, "backend");
     arg::not_null(init, "init");
-    if (world_size < 1)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "world_size must be at least 1, got " + std::to_string(world_size));
+    if (world_size < 1) fail(Code::InvalidArgument, "world_size must be at least 1, got " + std::to_string(world_size));
     if (rank < 0 || rank >= world_size)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "rank " + std::to_string(rank) + " is out of range for world_size " +
-                                             std::to_string(world_size) + " (0.." + std::to_string(world_size - 1) +
-                                             ")");
-    if (timeout_ms <= 0)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "timeout_ms must be positive, got " + std::to_string(timeout_ms));
+      fail(Code::InvalidArgument, "rank " + std::to_string(rank) + " is out of range for world_size " +
+                                      std::to_string(world_size) + " (0.." + std::to_string(world_size - 1) + ")");
+    if (timeout_ms <= 0) fail(Code::InvalidArgument, "timeout_ms must be positive, got " + std::to_string(timeout_ms));
     auto group = std::make_unique<koila_group>();
     group->group = std::make_unique<Group>(backend, init, rank, world_size, std::chrono::milliseconds(timeout_ms));
     *out = group.release();
@@ -35,8 +32,7 @@ KOILA_API koila_status* koila_group_new_from_env(koila_group** out, const char* 
   return guard(__func__, [&] {
     arg::out(out);
     arg::not_null(backend, "backend");
-    if (timeout_ms <= 0)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "timeout_ms must be positive, got " + std::to_string(timeout_ms));
+    if (timeout_ms <= 0) fail(Code::InvalidArgument, "timeout_ms must be positive, got " + std::to_string(timeout_ms));
     auto group = std::make_unique<koila_group>();
     group->group = Group::from_env(backend, std::chrono::milliseconds(timeout_ms));
     *out = group.release();

@@ -16,6 +16,9 @@ struct koila_status {
 
 namespace koila {
 
+// The C API's code for an engine's Code.
+koila_code to_koila_code(Code code);
+
 // The status handed out when even allocating a status fails; never deleted.
 koila_status& out_of_memory_status();
 

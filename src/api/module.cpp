@@ -31,9 +31,9 @@ std::pair<std::string, at::Tensor> listed_at(const koila_module& m, Listing whic
   auto all = listed(m, which);
   const char* what = which == Listing::Parameters ? "parameter" : "buffer";
   if (i >= all.size())
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(what) + " index " + std::to_string(i) +
-                                           " is out of range: the module has " + std::to_string(all.size()) + " " +
-                                           what + "s");
+    fail(Code::InvalidArgument, std::string(what) + " index " + std::to_string(i) +
+                                    " is out of range: the module has " + std::to_string(all.size()) + " " + what +
+                                    "s");
   return std::move(all[i]);
 }
 
@@ -56,10 +56,10 @@ void name_into(const koila_module* m, Listing which, size_t i, char* buf, size_t
 // Fails unless `path` names a regular file koila can read.
 void check_readable(const std::string& path) {
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
-  if (S_ISDIR(info.st_mode)) fail(KOILA_ERROR_IO, "cannot load '" + path + "': it is a directory");
+  if (::stat(path.c_str(), &info) != 0) fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno));
+  if (S_ISDIR(info.st_mode)) fail(Code::Io, "cannot load '" + path + "': it is a directory");
   std::ifstream file(path, std::ios::binary);
-  if (!file) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
+  if (!file) fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno));
 }
 
 }  // namespace

@@ -28,16 +28,15 @@ std::vector<at::Tensor> concrete_params(koila_tensor* const* params, size_t n, c
   for (size_t i = 0; i < n; ++i) {
     const std::string which = "parameter " + std::to_string(i);
     const NodePtr& node = nodes[i];
-    if (node->lazy()) fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is lazy; " + who + " concrete tensors (parameters)");
+    if (node->lazy()) fail(Code::InvalidArgument, which + " is lazy; " + who + " concrete tensors (parameters)");
     const at::Tensor& t = node->value;
     if (!at::isFloatingType(t.scalar_type()))
-      fail(KOILA_ERROR_DTYPE, which + " must be floating point, but is " + dtype_name(t.scalar_type()));
-    if (!t.is_leaf()) fail(KOILA_ERROR_INVALID_ARGUMENT, which + " is computed from other tensors; " + who + " leaves");
+      fail(Code::Dtype, which + " must be floating point, but is " + dtype_name(t.scalar_type()));
+    if (!t.is_leaf()) fail(Code::InvalidArgument, which + " is computed from other tensors; " + who + " leaves");
     if (!t.requires_grad())
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
+      fail(Code::InvalidArgument,
            which + " does not require grad, so it never has a gradient (call koila_tensor_set_requires_grad first)");
-    if (!seen.insert(t.unsafeGetTensorImpl()).second)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, which + " appears twice in the list");
+    if (!seen.insert(t.unsafeGetTensorImpl()).second) fail(Code::InvalidArgument, which + " appears twice in the list");
     out.push_back(t);
   }
   return out;
@@ -46,7 +45,7 @@ std::vector<at::Tensor> concrete_params(koila_tensor* const* params, size_t n, c
 void make_into(koila_optimizer** out, koila_tensor* const* params, size_t n, OptimizerKind kind,
                const Hyperparameters& h) {
   arg::out(out);
-  if (n == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "an optimizer needs at least one parameter (n is 0)");
+  if (n == 0) fail(Code::InvalidArgument, "an optimizer needs at least one parameter (n is 0)");
   auto tensors = concrete_params(params, n, "an optimizer updates");
   auto o = std::make_unique<koila_optimizer>();
   make_optimizer(*o, kind, std::move(tensors), h);
@@ -99,7 +98,7 @@ KOILA_API koila_status* koila_optimizer_step(koila_optimizer* o) {
     try {
       opt.optimizer->step();
     } catch (const c10::Error&) {
-      rethrow_torch_error("optimizer step", KOILA_ERROR_INVALID_ARGUMENT);
+      rethrow_torch_error("optimizer step", Code::InvalidArgument);
     }
   });
 }
@@ -142,13 +141,13 @@ KOILA_API koila_status* koila_clip_grad_norm(double* out, koila_tensor* const* p
     arg::not_null(out, "out");
     const std::vector<at::Tensor> tensors = concrete_params(params, n, "clipping scales the gradients of");
     if (!std::isfinite(max_norm) || max_norm < 0)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "max_norm must be in [0, inf), got " + std::to_string(max_norm));
+      fail(Code::InvalidArgument, "max_norm must be in [0, inf), got " + std::to_string(max_norm));
     const Clipped clipped = clip_grad_norm(tensors, max_norm);
     *out = clipped.norm;
     if (!clipped.scaled)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "the gradients' total norm is " + std::to_string(clipped.norm) +
-                                             " (an inf or NaN in a gradient), so it cannot be clipped; no gradient "
-                                             "was changed (skip this step)");
+      fail(Code::InvalidArgument, "the gradients' total norm is " + std::to_string(clipped.norm) +
+                                      " (an inf or NaN in a gradient), so it cannot be clipped; no gradient "
+                                      "was changed (skip this step)");
   });
 }
 

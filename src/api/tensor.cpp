@@ -38,7 +38,7 @@ void make_filled(koila_tensor** out, const int64_t* shape, size_t ndim, const ko
   const auto options = options_for(dtype, device);
   const at::ScalarType type = options.dtype().toScalarType();
   if (floating_only && !at::isFloatingType(type))
-    fail(KOILA_ERROR_DTYPE, std::string("randn needs a floating dtype, got ") + dtype_name(type));
+    fail(Code::Dtype, std::string("randn needs a floating dtype, got ") + dtype_name(type));
   check_allocation(checked_numel(dims) * c10::elementSize(type), options.device());
   set_out(out, make_constant(factory(dims, options)));
 }
@@ -63,9 +63,9 @@ KOILA_API koila_status* koila_tensor_from_data(koila_tensor** out, const void* d
     const uint64_t numel = checked_numel(dims);
     const uint64_t expected = numel * c10::elementSize(options.dtype().toScalarType());
     if (nbytes != expected)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but shape " + shape_string(dims) +
-                                             " of " + dtype_name(options.dtype().toScalarType()) + " needs " +
-                                             std::to_string(expected));
+      fail(Code::InvalidArgument, "nbytes is " + std::to_string(nbytes) + " but shape " + shape_string(dims) + " of " +
+                                      dtype_name(options.dtype().toScalarType()) + " needs " +
+                                      std::to_string(expected));
     if (nbytes > 0) arg::not_null(data, "data");
     check_allocation(expected, options.device());
     at::Tensor host = at::empty(dims, options.device(at::kCPU));
@@ -106,13 +106,13 @@ KOILA_API koila_status* koila_lazy(koila_tensor** out, const koila_tensor* t, in
     const int64_t rank = static_cast<int64_t>(node->meta.shape.size());
     int64_t dim = -1;
     if (batch_dim != KOILA_NO_BATCH) {
-      if (rank == 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "a scalar (rank 0) tensor has no dim to be the batch");
+      if (rank == 0) fail(Code::InvalidArgument, "a scalar (rank 0) tensor has no dim to be the batch");
       dim = normalize_dim(batch_dim, rank, "batch_dim");
     }
     if (node->lazy()) {
       if (node->meta.batch_dim != dim)
-        fail(KOILA_ERROR_INVALID_ARGUMENT, "t is already lazy with batch dim " + std::to_string(node->meta.batch_dim) +
-                                               "; it cannot be given batch dim " + std::to_string(dim));
+        fail(Code::InvalidArgument, "t is already lazy with batch dim " + std::to_string(node->meta.batch_dim) +
+                                        "; it cannot be given batch dim " + std::to_string(dim));
       set_out(out, node);
       return;
     }
@@ -160,9 +160,9 @@ KOILA_API koila_status* koila_tensor_to_host(const koila_tensor* t, void* data, 
     const NodePtr& node = node_of(t, "t");
     const uint64_t expected = checked_numel(node->meta.shape) * c10::elementSize(node->meta.dtype);
     if (nbytes != expected)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "nbytes is " + std::to_string(nbytes) + " but the tensor (" +
-                                             shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype) +
-                                             ") has " + std::to_string(expected));
+      fail(Code::InvalidArgument, "nbytes is " + std::to_string(nbytes) + " but the tensor (" +
+                                      shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype) + ") has " +
+                                      std::to_string(expected));
     if (nbytes > 0) arg::not_null(data, "data");
     if (nbytes == 0) return;
     // Straight into the caller's buffer, whatever the result's strides or device: no copy
@@ -178,9 +178,8 @@ KOILA_API koila_status* koila_tensor_item(const koila_tensor* t, double* out) {
     arg::not_null(out, "out");
     const uint64_t numel = checked_numel(node->meta.shape);
     if (numel != 1)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "item needs a tensor with exactly one element, but this one has shape " +
-                                             shape_string(node->meta.shape) + " (" + std::to_string(numel) +
-                                             " elements)");
+      fail(Code::InvalidArgument, "item needs a tensor with exactly one element, but this one has shape " +
+                                      shape_string(node->meta.shape) + " (" + std::to_string(numel) + " elements)");
     *out = value_of(node).item<double>();
   });
 }
@@ -208,14 +207,14 @@ KOILA_API koila_status* koila_tensor_set_requires_grad(koila_tensor* t, int flag
     const NodePtr& node = node_of(t, "t");
     const bool wanted = arg::flag(flag, "flag");
     if (node->lazy())
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
+      fail(Code::InvalidArgument,
            "t is lazy; requires_grad applies to concrete tensors (the gradients of a "
            "lazy graph flow to the concrete tensors it was built from)");
     if (wanted && !at::isFloatingType(node->meta.dtype))
-      fail(KOILA_ERROR_DTYPE,
+      fail(Code::Dtype,
            std::string("only floating point tensors can require grad, t is ") + dtype_name(node->meta.dtype));
     if (!node->value.is_leaf())
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
+      fail(Code::InvalidArgument,
            "t is the result of an operation on tensors that require grad; only "
            "leaves can change requires_grad");
     node->value.set_requires_grad(wanted);

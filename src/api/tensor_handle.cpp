@@ -9,8 +9,8 @@ namespace koila {
 koila_tensor* new_handle(NodePtr node) { return new koila_tensor{std::move(node)}; }
 
 const NodePtr& node_of(const koila_tensor* t, const char* what) {
-  if (t == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is NULL");
-  if (!t->node) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("argument '") + what + "' is not a valid tensor");
+  if (t == nullptr) fail(Code::InvalidArgument, std::string("argument '") + what + "' is NULL");
+  if (!t->node) fail(Code::InvalidArgument, std::string("argument '") + what + "' is not a valid tensor");
   return t->node;
 }
 

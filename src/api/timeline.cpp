@@ -12,8 +12,8 @@ namespace {
 const TimelineEvent& event_at(const koila_timeline* t, size_t i) {
   const Timeline& timeline = arg::handle(t, "t").timeline;
   if (i >= timeline.events.size())
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "event " + std::to_string(i) + " is out of range: the timeline has " +
-                                           std::to_string(timeline.events.size()) + " events");
+    fail(Code::InvalidArgument, "event " + std::to_string(i) + " is out of range: the timeline has " +
+                                    std::to_string(timeline.events.size()) + " events");
   return timeline.events[i];
 }
 
@@ -82,8 +82,14 @@ KOILA_API koila_status* koila_timeline_peak_index(const koila_timeline* t, size_
 KOILA_API koila_status* koila_timeline_part(const koila_timeline* t, koila_memory_part part, uint64_t* out) {
   return guard(__func__, [&] {
     const Timeline& timeline = arg::handle(t, "t").timeline;
-    const koila_memory_part which =
-        arg::enumeration(part, "part", "koila_memory_part", KOILA_PART_IN_USE, KOILA_PART_BEYOND_SIMULATION);
+    MemoryPart which = MemoryPart::InUse;
+    switch (arg::enumeration(part, "part", "koila_memory_part", KOILA_PART_IN_USE, KOILA_PART_BEYOND_SIMULATION)) {
+      case KOILA_PART_IN_USE: which = MemoryPart::InUse; break;
+      case KOILA_PART_ACTIVATIONS: which = MemoryPart::Activations; break;
+      case KOILA_PART_GRADIENTS: which = MemoryPart::Gradients; break;
+      case KOILA_PART_TEMPORARIES: which = MemoryPart::Temporaries; break;
+      case KOILA_PART_BEYOND_SIMULATION: which = MemoryPart::BeyondSimulation; break;
+    }
     arg::not_null(out, "out");
     *out = timeline.part(which);
   });

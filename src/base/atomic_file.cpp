@@ -58,10 +58,10 @@ void remove_stale_temporaries(const std::string& path) {
 
 AtomicFile::AtomicFile(std::string path, std::string what) : path_(std::move(path)), what_(std::move(what)) {
   if (path_.empty() || path_.back() == '/')
-    koila::fail(KOILA_ERROR_IO, "cannot save " + what_ + " to '" + path_ + "': not a file name");
+    koila::fail(Code::Io, "cannot save " + what_ + " to '" + path_ + "': not a file name");
   struct stat info {};
   if (::stat(path_.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
-    koila::fail(KOILA_ERROR_IO, "cannot save " + what_ + " to '" + path_ + "': it is a directory");
+    koila::fail(Code::Io, "cannot save " + what_ + " to '" + path_ + "': it is a directory");
   remove_stale_temporaries(path_);
   const std::string folder = folder_of(path_);
   temp_ = folder + "/" + temporary_prefix(path_) + std::to_string(::getpid()) + "-" +
@@ -69,8 +69,8 @@ AtomicFile::AtomicFile(std::string path, std::string what) : path_(std::move(pat
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd_ < 0) {
     const int e = errno;
-    koila::fail(KOILA_ERROR_IO, "cannot save " + what_ + " to '" + path_ + "': cannot create a file in '" + folder +
-                                    "': " + std::strerror(e));
+    koila::fail(Code::Io, "cannot save " + what_ + " to '" + path_ + "': cannot create a file in '" + folder +
+                              "': " + std::strerror(e));
   }
   buffer_.reserve(kBufferBytes);
 }
@@ -120,8 +120,7 @@ void AtomicFile::commit() {
   fd_ = -1;
   if (error_.empty() && ::rename(temp_.c_str(), path_.c_str()) != 0) error_ = std::strerror(errno);
   if (!error_.empty())
-    koila::fail(KOILA_ERROR_IO,
-                "cannot save " + what_ + " to '" + path_ + "': " + error_ + " (the file there is as it was)");
+    koila::fail(Code::Io, "cannot save " + what_ + " to '" + path_ + "': " + error_ + " (the file there is as it was)");
   committed_ = true;
   // The rename itself on disk: without this a power cut could bring the old name back.
   const int dir = ::open(folder_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

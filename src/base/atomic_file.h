@@ -3,7 +3,7 @@
 // the target, and the folder flushed: a process killed at any moment leaves the old file or
 // the new one, complete, and at worst a temporary (".NAME.koila-PID-N.tmp") that the next
 // save of the same target removes once its process is gone. A failure (a write error, a
-// full disk, a file size limit) is KOILA_ERROR_IO naming the target, with the temporary
+// full disk, a file size limit) is Code::Io naming the target, with the temporary
 // removed and the target as it was.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace koila {
 class AtomicFile {
  public:
   // Creates the temporary beside `path`; `what` names what is saved in messages ("the
-  // module"). Throws KOILA_ERROR_IO when the folder cannot take it.
+  // module"). Throws Code::Io when the folder cannot take it.
   AtomicFile(std::string path, std::string what);
   ~AtomicFile();  // removes the temporary unless committed
   AtomicFile(const AtomicFile&) = delete;
@@ -30,7 +30,7 @@ class AtomicFile {
   // reports it.
   void fail(const std::string& why);
   // Flushes the temporary to disk and renames it over the target, then flushes the folder.
-  // Throws KOILA_ERROR_IO after any failure, the temporary removed and the target untouched.
+  // Throws Code::Io after any failure, the temporary removed and the target untouched.
   void commit();
 
  private:

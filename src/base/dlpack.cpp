@@ -48,10 +48,10 @@ class Owner {
 };
 
 [[noreturn]] void unsupported(const std::string& why) {
-  fail(KOILA_ERROR_UNSUPPORTED, "cannot take this DLPack tensor: " + why);
+  fail(Code::Unsupported, "cannot take this DLPack tensor: " + why);
 }
 [[noreturn]] void malformed(const std::string& why) {
-  fail(KOILA_ERROR_INVALID_ARGUMENT, "the DLPack tensor is malformed: " + why);
+  fail(Code::InvalidArgument, "the DLPack tensor is malformed: " + why);
 }
 
 at::ScalarType scalar_type_of(const DataType& t) {
@@ -85,8 +85,7 @@ DataType data_type_of(at::ScalarType type) {
     case at::kChar: return {kInt, 8, 1};
     case at::kByte: return {kUInt, 8, 1};
     case at::kBool: return {kBool, 8, 1};
-    default:
-      fail(KOILA_ERROR_UNSUPPORTED, std::string("DLPack export of dtype ") + dtype_name(type) + " is not supported");
+    default: fail(Code::Unsupported, std::string("DLPack export of dtype ") + dtype_name(type) + " is not supported");
   }
 }
 
@@ -157,7 +156,7 @@ void delete_versioned(ManagedTensorVersioned* self) { delete static_cast<Export*
 }  // namespace
 
 at::Tensor from_dlpack(void* managed, bool versioned) {
-  if (managed == nullptr) fail(KOILA_ERROR_INVALID_ARGUMENT, "managed must not be NULL");
+  if (managed == nullptr) fail(Code::InvalidArgument, "managed must not be NULL");
   std::shared_ptr<Owner> owner;
   try {
     owner = std::make_shared<Owner>(managed, versioned);
@@ -185,7 +184,7 @@ void* to_dlpack(const at::Tensor& t, bool versioned) {
   else if (t.device().is_cuda())
     d.device = {kCUDA, t.device().index()};
   else
-    fail(KOILA_ERROR_UNSUPPORTED, "DLPack export from device " + t.device().str() + " is not supported");
+    fail(Code::Unsupported, "DLPack export from device " + t.device().str() + " is not supported");
   e->shape = t.sizes().vec();
   e->strides = t.strides().vec();
   // Never NULL, also for a 0-dim tensor: consumers read shape and strides whatever ndim is.

@@ -51,12 +51,12 @@ constexpr uint32_t kMajor = 1, kMinor = 1;  // what koila writes
 
 // Takes `managed` (a ManagedTensor* or, versioned, a ManagedTensorVersioned*): its deleter
 // runs exactly once, when the returned tensor's memory is freed or, when this throws, before
-// it returns. KOILA_ERROR_UNSUPPORTED for what a LibTorch tensor cannot hold or koila does
-// not take (the message says which), KOILA_ERROR_INVALID_ARGUMENT for a malformed struct.
+// it returns. Code::Unsupported for what a LibTorch tensor cannot hold or koila does
+// not take (the message says which), Code::InvalidArgument for a malformed struct.
 at::Tensor from_dlpack(void* managed, bool versioned);
 
 // A new ManagedTensor* or ManagedTensorVersioned* sharing `t`'s memory and keeping it alive
-// until its deleter runs. KOILA_ERROR_UNSUPPORTED for a dtype or device DLPack has no code
+// until its deleter runs. Code::Unsupported for a dtype or device DLPack has no code
 // for.
 void* to_dlpack(const at::Tensor& t, bool versioned);
 

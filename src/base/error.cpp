@@ -6,7 +6,7 @@
 
 namespace koila {
 
-void fail(koila_code code, const std::string& message) { throw Error(code, message); }
+void fail(Code code, const std::string& message) { throw Error(code, message); }
 
 namespace {
 
@@ -25,7 +25,7 @@ bool is_out_of_memory(const std::exception_ptr& e) {
   } catch (const FinalError&) {
     return false;
   } catch (const Error& err) {
-    return err.code() == KOILA_ERROR_OUT_OF_MEMORY;
+    return err.code() == Code::OutOfMemory;
   } catch (const c10::OutOfMemoryError&) {
     return true;
   } catch (const std::bad_alloc&) {
@@ -38,20 +38,20 @@ bool is_out_of_memory(const std::exception_ptr& e) {
 namespace {
 
 // Classifies an error raised by LibTorch itself.
-koila_code code_of(const c10::Error& e, const std::string& text, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT) {
-  if (is_out_of_memory(e, text)) return KOILA_ERROR_OUT_OF_MEMORY;
+Code code_of(const c10::Error& e, const std::string& text, Code fallback = Code::InvalidArgument) {
+  if (is_out_of_memory(e, text)) return Code::OutOfMemory;
   if (dynamic_cast<const c10::TypeError*>(&e) || mentions(text, "not implemented for '") || mentions(text, "dtype") ||
       mentions(text, "scalar type") || mentions(text, "bool tensor") || mentions(text, "Boolean inputs"))
-    return KOILA_ERROR_DTYPE;
-  if (mentions(text, "CUDA") || mentions(text, "device")) return KOILA_ERROR_DEVICE;
-  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return KOILA_ERROR_UNSUPPORTED;
-  if (dynamic_cast<const c10::IndexError*>(&e) || mentions(text, "out of range")) return KOILA_ERROR_INVALID_ARGUMENT;
+    return Code::Dtype;
+  if (mentions(text, "CUDA") || mentions(text, "device")) return Code::Device;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return Code::Unsupported;
+  if (dynamic_cast<const c10::IndexError*>(&e) || mentions(text, "out of range")) return Code::InvalidArgument;
   return fallback;
 }
 
 }  // namespace
 
-void rethrow_torch_error(const std::string& context, koila_code fallback) {
+void rethrow_torch_error(const std::string& context, Code fallback) {
   try {
     throw;
   } catch (const c10::Error& e) {
@@ -69,11 +69,11 @@ Complaint complaint_from_current_exception() {
     std::string text = e.what_without_backtrace();
     return {code_of(e, text), text};
   } catch (const std::bad_alloc&) {
-    return {KOILA_ERROR_OUT_OF_MEMORY, "out of memory"};
+    return {Code::OutOfMemory, "out of memory"};
   } catch (const std::exception& e) {
-    return {KOILA_ERROR_INTERNAL, e.what()};
+    return {Code::Internal, e.what()};
   } catch (...) {
-    return {KOILA_ERROR_INTERNAL, "unknown exception"};
+    return {Code::Internal, "unknown exception"};
   }
 }
 

@@ -1,23 +1,36 @@
-// Errors: koila::Error carries a koila_code; every stage throws it (through fail()), and the
+// Errors: koila::Error carries a Code; every stage throws it (through fail()), and the
 // C boundary (api/guard.h) turns it, and anything LibTorch or the C++ runtime throws, into a
-// koila_status.
+// koila_status, converting the Code into the C API's koila_code there.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-#include "koila.h"
-
 namespace koila {
+
+// What went wrong, as the C API reports it: api/guard.cpp converts each to the koila_code of the
+// same name (KOILA_OK, KOILA_ERROR_INVALID_ARGUMENT, ...), in a switch over every value.
+enum class Code : int {
+  Ok,
+  InvalidArgument,  // a NULL handle, a bad dim or size, ...
+  Shape,            // shapes that do not fit the op
+  Dtype,
+  Device,         // an unknown or unavailable device
+  OutOfMemory,    // not even a chunk of one sample fits the budget
+  NotSplittable,  // the graph mixes samples across the batch and does not fit unsplit
+  Io,             // a file missing, unreadable or corrupt
+  Unsupported,
+  Internal,
+};
 
 class Error : public std::runtime_error {
  public:
-  Error(koila_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  koila_code code() const { return code_; }
+  Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Code code() const { return code_; }
 
  private:
-  koila_code code_;
+  Code code_;
 };
 
 // An error that a planned run must not retry with a smaller chunk, whatever its code: it
@@ -28,11 +41,11 @@ class FinalError : public Error {
   using Error::Error;
 };
 
-[[noreturn]] void fail(koila_code code, const std::string& message);
+[[noreturn]] void fail(Code code, const std::string& message);
 
 // Inside a catch block for a LibTorch error: throws it again as a koila::Error whose
 // message starts with `context`. Errors LibTorch does not classify get `fallback`.
-[[noreturn]] void rethrow_torch_error(const std::string& context, koila_code fallback);
+[[noreturn]] void rethrow_torch_error(const std::string& context, Code fallback);
 
 // Whether a LibTorch error (or the TorchScript interpreter's wrapping of one, whose `text`
 // keeps the message) says the device ran out of memory.
@@ -44,7 +57,7 @@ bool is_out_of_memory(const std::exception_ptr& e);
 // The code and message of the exception in flight (koila's, LibTorch's, the C++ runtime's
 // or anything else): what a status reports. Allocates the message; may throw bad_alloc.
 struct Complaint {
-  koila_code code = KOILA_ERROR_INTERNAL;
+  Code code = Code::Internal;
   std::string message;
 };
 Complaint complaint_from_current_exception();

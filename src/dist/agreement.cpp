@@ -15,18 +15,18 @@ constexpr int64_t kHeader = 7;
 constexpr int64_t kMessageWords = 64;  // up to 511 bytes of the failing rank's message
 constexpr int64_t kColumns = kHeader + kMessageWords;
 
-const char* code_name(koila_code code) {
+const char* code_name(Code code) {
   switch (code) {
-    case KOILA_OK: return "KOILA_OK";
-    case KOILA_ERROR_INVALID_ARGUMENT: return "KOILA_ERROR_INVALID_ARGUMENT";
-    case KOILA_ERROR_SHAPE: return "KOILA_ERROR_SHAPE";
-    case KOILA_ERROR_DTYPE: return "KOILA_ERROR_DTYPE";
-    case KOILA_ERROR_DEVICE: return "KOILA_ERROR_DEVICE";
-    case KOILA_ERROR_OUT_OF_MEMORY: return "KOILA_ERROR_OUT_OF_MEMORY";
-    case KOILA_ERROR_NOT_SPLITTABLE: return "KOILA_ERROR_NOT_SPLITTABLE";
-    case KOILA_ERROR_IO: return "KOILA_ERROR_IO";
-    case KOILA_ERROR_UNSUPPORTED: return "KOILA_ERROR_UNSUPPORTED";
-    case KOILA_ERROR_INTERNAL: return "KOILA_ERROR_INTERNAL";
+    case Code::Ok: return "KOILA_OK";
+    case Code::InvalidArgument: return "KOILA_ERROR_INVALID_ARGUMENT";
+    case Code::Shape: return "KOILA_ERROR_SHAPE";
+    case Code::Dtype: return "KOILA_ERROR_DTYPE";
+    case Code::Device: return "KOILA_ERROR_DEVICE";
+    case Code::OutOfMemory: return "KOILA_ERROR_OUT_OF_MEMORY";
+    case Code::NotSplittable: return "KOILA_ERROR_NOT_SPLITTABLE";
+    case Code::Io: return "KOILA_ERROR_IO";
+    case Code::Unsupported: return "KOILA_ERROR_UNSUPPORTED";
+    case Code::Internal: return "KOILA_ERROR_INTERNAL";
   }
   return "an unknown code";
 }
@@ -45,7 +45,7 @@ const char* kind_name(LossReduction::Kind kind) {
 std::vector<Report> agree(Group::Comm& comm, int rank, int size, const Report& mine) {
   at::Tensor rows = at::zeros({size, kColumns}, at::kLong);
   int64_t* row = rows.data_ptr<int64_t>() + rank * kColumns;
-  row[0] = mine.code;
+  row[0] = static_cast<int64_t>(mine.code);
   row[1] = static_cast<int64_t>(mine.kind);
   std::memcpy(&row[2], &mine.weight, sizeof(double));
   row[3] = mine.tensors;
@@ -61,7 +61,7 @@ std::vector<Report> agree(Group::Comm& comm, int rank, int size, const Report& m
   for (int r = 0; r < size; ++r) {
     const int64_t* v = rows.data_ptr<int64_t>() + r * kColumns;
     Report& report = reports[r];
-    report.code = static_cast<koila_code>(v[0]);
+    report.code = static_cast<Code>(v[0]);
     report.kind = static_cast<LossReduction::Kind>(v[1]);
     std::memcpy(&report.weight, &v[2], sizeof(double));
     report.tensors = v[3];
@@ -75,33 +75,32 @@ std::vector<Report> agree(Group::Comm& comm, int rank, int size, const Report& m
 
 void check_verdict(const std::vector<Report>& reports, int rank, const char* unchanged) {
   std::string failed;
-  koila_code code = KOILA_OK;
+  Code code = Code::Ok;
   std::string message;
   for (size_t r = 0; r < reports.size(); ++r) {
-    if (reports[r].code == KOILA_OK) continue;
+    if (reports[r].code == Code::Ok) continue;
     failed += (failed.empty() ? "" : ", ") + std::to_string(r);
-    if (code == KOILA_OK) {
+    if (code == Code::Ok) {
       code = reports[r].code;
       message = "rank " + std::to_string(r) + (static_cast<int>(r) == rank ? " (this process)" : "") + " failed with " +
                 code_name(code) + ": " + reports[r].message;
     }
   }
-  if (code != KOILA_OK) {
+  if (code != Code::Ok) {
     const std::string ranks = failed.find(',') == std::string::npos ? "rank " + failed : "ranks " + failed;
     throw FinalError(code, message + " [failed: " + ranks + "; " + unchanged + " on any rank]");
   }
   for (size_t r = 1; r < reports.size(); ++r) {
     if (reports[r].tensors != reports[0].tensors || reports[r].elements != reports[0].elements)
-      throw FinalError(KOILA_ERROR_INVALID_ARGUMENT,
+      throw FinalError(Code::InvalidArgument,
                        "the ranks pass different tensors: rank 0 " + std::to_string(reports[0].tensors) + " of " +
                            std::to_string(reports[0].elements) + " elements in all, rank " + std::to_string(r) + " " +
                            std::to_string(reports[r].tensors) + " of " + std::to_string(reports[r].elements) + " [" +
                            unchanged + " on any rank]");
     if (reports[r].kind != reports[0].kind)
-      throw FinalError(KOILA_ERROR_INVALID_ARGUMENT, std::string("the ranks' losses reduce differently: rank 0's is ") +
-                                                         kind_name(reports[0].kind) + ", rank " + std::to_string(r) +
-                                                         "'s " + kind_name(reports[r].kind) + " [" + unchanged +
-                                                         " on any rank]");
+      throw FinalError(Code::InvalidArgument, std::string("the ranks' losses reduce differently: rank 0's is ") +
+                                                  kind_name(reports[0].kind) + ", rank " + std::to_string(r) + "'s " +
+                                                  kind_name(reports[r].kind) + " [" + unchanged + " on any rank]");
   }
 }
 
@@ -119,7 +118,7 @@ void check_verdict(const std::vector<Report>& reports, int rank, const char* unc
     const std::vector<Report> reports = agree(comm, rank, size, mine);
     check_verdict(reports, rank, unchanged);
   }
-  fail(KOILA_ERROR_INTERNAL, "a rank failed but the group agreed on success");
+  fail(Code::Internal, "a rank failed but the group agreed on success");
 }
 
 double scale_of(const std::vector<Report>& reports, int rank) {

@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "dist/comm.h"
-#include "koila.h"
 #include "run/chunked_run.h"
 
 namespace koila::dist {
 
 // What a rank reports before anything is committed.
 struct Report {
-  koila_code code = KOILA_OK;
-  std::string message;  // when code is not KOILA_OK
+  Code code = Code::Ok;
+  std::string message;  // when code is not Code::Ok
   LossReduction::Kind kind = LossReduction::Kind::Other;
   double weight = 0;    // what its MEAN loss averaged over
   int64_t tensors = 0;  // how many tensors it will reduce, and their elements

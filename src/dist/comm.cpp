@@ -21,9 +21,9 @@ void count_write(const at::Tensor& t) {
 
 [[noreturn]] void communication_failed(Group::Comm& comm, const std::string& what, const std::string& why) {
   comm.broken = true;
-  throw FinalError(KOILA_ERROR_IO, what + " failed (a rank died, left, or did not arrive within " +
-                                       std::to_string(comm.timeout.count()) + " ms): " + why +
-                                       ". The group cannot be used any more: free it");
+  throw FinalError(Code::Io, what + " failed (a rank died, left, or did not arrive within " +
+                                 std::to_string(comm.timeout.count()) + " ms): " + why +
+                                 ". The group cannot be used any more: free it");
 }
 
 std::string current_error_text() {
@@ -50,7 +50,7 @@ void Pending::wait() {
 
 void check_usable(const Group::Comm& comm) {
   if (comm.broken)
-    fail(KOILA_ERROR_IO,
+    fail(Code::Io,
          "an earlier collective of this group failed (a rank died or timed out); free the group and "
          "join a new one");
 }

@@ -27,13 +27,13 @@ struct Group::Comm {
 
 namespace dist {
 
-// Marks the group broken and throws (a FinalError: KOILA_ERROR_IO) naming `what` and `why`.
+// Marks the group broken and throws (a FinalError: Code::Io) naming `what` and `why`.
 [[noreturn]] void communication_failed(Group::Comm& comm, const std::string& what, const std::string& why);
 
 // The text of the exception in flight.
 std::string current_error_text();
 
-// Fails (KOILA_ERROR_IO) when an earlier collective of the group failed.
+// Fails (Code::Io) when an earlier collective of the group failed.
 void check_usable(const Group::Comm& comm);
 
 // A started collective.

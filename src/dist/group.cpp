@@ -46,18 +46,17 @@ Group::~Group() = default;
 void Group::broadcast(const std::function<std::vector<NodePtr>()>& collect, int root) {
   dist::check_usable(*comm_);
   if (root < 0 || root >= size_)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
+    fail(Code::InvalidArgument,
          "root " + std::to_string(root) + " is not a rank of this group of " + std::to_string(size_));
   std::vector<at::Tensor> tensors;
   dist::Report mine;
   const char* unchanged = "no tensor changed";
   try {
     for (const NodePtr& node : collect()) {
-      if (node->lazy())
-        fail(KOILA_ERROR_INVALID_ARGUMENT, "a lazy tensor cannot receive values: broadcast concrete tensors");
+      if (node->lazy()) fail(Code::InvalidArgument, "a lazy tensor cannot receive values: broadcast concrete tensors");
       if (node->value.device() != comm_->device)
-        fail(KOILA_ERROR_DEVICE, "a tensor on " + node->value.device().str() + " in a group whose collectives run on " +
-                                     comm_->device.str());
+        fail(Code::Device, "a tensor on " + node->value.device().str() + " in a group whose collectives run on " +
+                               comm_->device.str());
       tensors.push_back(node->value);
     }
     mine.tensors = static_cast<int64_t>(tensors.size());
@@ -96,14 +95,14 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
     std::unordered_map<const c10::TensorImpl*, size_t> index;
     for (const NodePtr& node : nodes) {
       if (node->lazy() || !node->value.requires_grad() || !node->value.is_leaf())
-        fail(KOILA_ERROR_INVALID_ARGUMENT,
+        fail(Code::InvalidArgument,
              "params must be concrete leaves that require grad (see "
              "koila_tensor_set_requires_grad)");
       if (node->value.device() != comm.device)
-        fail(KOILA_ERROR_DEVICE, "a parameter on " + node->value.device().str() +
-                                     " in a group whose collectives run on " + comm.device.str());
+        fail(Code::Device, "a parameter on " + node->value.device().str() + " in a group whose collectives run on " +
+                               comm.device.str());
       if (!index.emplace(node->value.unsafeGetTensorImpl(), params.size()).second)
-        fail(KOILA_ERROR_INVALID_ARGUMENT, "a parameter is listed twice in params");
+        fail(Code::InvalidArgument, "a parameter is listed twice in params");
       params.push_back(node->value);
     }
     mine.tensors = static_cast<int64_t>(params.size());
@@ -116,7 +115,7 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
         for (size_t i = 0; i < leaves.size(); ++i) {
           auto found = index.find(leaves[i].unsafeGetTensorImpl());
           if (found == index.end())
-            fail(KOILA_ERROR_INVALID_ARGUMENT,
+            fail(Code::InvalidArgument,
                  "the loss reaches a tensor that requires grad and is not in params "
                  "(params must list every tensor the gradients reach, in the same "
                  "order on every rank)");
@@ -141,7 +140,7 @@ void Group::backward(const std::function<std::pair<NodePtr, std::vector<NodePtr>
     if (agreed) throw;
     dist::fail_together(comm, rank_, size_, mine, unchanged);
   }
-  if (!agreed) fail(KOILA_ERROR_INTERNAL, "the backward ended without reaching the group's agreement");
+  if (!agreed) fail(Code::Internal, "the backward ended without reaching the group's agreement");
   Tensors reached, extra;
   for (size_t p = 0; p < params.size(); ++p)
     if (late[p].defined()) {

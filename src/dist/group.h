@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "graph/graph.h"
-#include "koila.h"
 
 namespace koila {
 
 class Group {
  public:
-  // Joins (KOILA_ERROR_IO when the others do not come within `timeout`).
+  // Joins (Code::Io when the others do not come within `timeout`).
   Group(const std::string& backend, const std::string& init, int rank, int size, std::chrono::milliseconds timeout);
   // Joins the group a launcher describes in the environment (koila_group_new_from_env).
   static std::unique_ptr<Group> from_env(const std::string& backend, std::chrono::milliseconds timeout);

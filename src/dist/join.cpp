@@ -53,7 +53,7 @@ Init parse_init(const std::string& init) {
     char* end = nullptr;
     const long value = port.empty() ? 0 : std::strtol(port.c_str(), &end, 10);
     if (colon == 0 || port.empty() || *end != '\0' || value < 1 || value > 65535)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "init \"" + init + "\" is not tcp://HOST:PORT with a port in 1..65535");
+      fail(Code::InvalidArgument, "init \"" + init + "\" is not tcp://HOST:PORT with a port in 1..65535");
     parsed.tcp = true;
     parsed.host = rest.substr(0, colon);
     if (parsed.host.size() > 2 && parsed.host.front() == '[' && parsed.host.back() == ']')
@@ -64,10 +64,10 @@ Init parse_init(const std::string& init) {
   if (init.compare(0, file.size(), file) == 0) {
     parsed.path = init.substr(file.size());
     if (parsed.path.empty() || parsed.path.front() != '/')
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "init \"" + init + "\" is not file:///ABSOLUTE/PATH");
+      fail(Code::InvalidArgument, "init \"" + init + "\" is not file:///ABSOLUTE/PATH");
     return parsed;
   }
-  fail(KOILA_ERROR_INVALID_ARGUMENT, "init \"" + init + "\" is neither tcp://HOST:PORT nor file:///PATH");
+  fail(Code::InvalidArgument, "init \"" + init + "\" is neither tcp://HOST:PORT nor file:///PATH");
 }
 
 [[maybe_unused]] bool is_loopback(const std::string& host) {  // (used by gloo_device only)
@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const Init& init, int rank, int size,
 
 // Gloo writes to its sockets with writev, which raises SIGPIPE when the peer has gone (a
 // rank that died). Left at its default, SIGPIPE kills this process, where the contract is
-// KOILA_ERROR_IO on the ranks that remain (Python ignores SIGPIPE at startup, which is why
+// Code::Io on the ranks that remain (Python ignores SIGPIPE at startup, which is why
 // PyTorch's users never meet this). Ignored, the write fails with EPIPE and Gloo reports
 // it. A handler or disposition the program chose itself is left alone.
 void ignore_broken_pipes_left_at_default() {
@@ -156,7 +156,7 @@ namespace {
 
 void check_backend(const std::string& backend) {
   if (backend != "gloo" && backend != "nccl")
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
+    fail(Code::InvalidArgument, "unknown backend \"" + backend + "\" (\"gloo\" or \"nccl\")");
 }
 
 std::unique_ptr<Group::Comm> join_at(const std::string& backend, const Init& parsed, int rank, int size,
@@ -165,13 +165,13 @@ std::unique_ptr<Group::Comm> join_at(const std::string& backend, const Init& par
   const bool nccl = backend == "nccl";
   const std::string& init = parsed.shown;
 #ifndef KOILA_WITH_GLOO
-  fail(KOILA_ERROR_UNSUPPORTED,
+  fail(Code::Unsupported,
        "process groups are not available: koila was built without gloo's headers "
        "(Debian: libgloo-dev)");
 #endif
 #ifndef KOILA_WITH_NCCL
   if (nccl)
-    fail(KOILA_ERROR_UNSUPPORTED,
+    fail(Code::Unsupported,
          "backend \"nccl\" is not available: this LibTorch was built without NCCL "
          "(c10d's ProcessGroupNCCL); use \"gloo\"");
 #endif
@@ -206,12 +206,11 @@ std::unique_ptr<Group::Comm> join_at(const std::string& backend, const Init& par
     const std::vector<Report> reports = agree(*comm, rank, size, hello);
     (void)reports;
   } catch (const Error& e) {
-    fail(KOILA_ERROR_IO, "could not join the group as rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                             " at " + init + " within " + std::to_string(timeout.count()) + " ms: " + e.what());
+    fail(Code::Io, "could not join the group as rank " + std::to_string(rank) + " of " + std::to_string(size) + " at " +
+                       init + " within " + std::to_string(timeout.count()) + " ms: " + e.what());
   } catch (...) {
-    fail(KOILA_ERROR_IO, "could not join the group as rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                             " at " + init + " within " + std::to_string(timeout.count()) +
-                             " ms: " + current_error_text());
+    fail(Code::Io, "could not join the group as rank " + std::to_string(rank) + " of " + std::to_string(size) + " at " +
+                       init + " within " + std::to_string(timeout.count()) + " ms: " + current_error_text());
   }
   return comm;
 }

@@ -14,8 +14,8 @@
 namespace koila::dist {
 
 // The joined group's communication, as rank `rank` of `size`. Fails with
-// KOILA_ERROR_INVALID_ARGUMENT for an unknown backend or a malformed init,
-// KOILA_ERROR_UNSUPPORTED for a backend this build lacks, and KOILA_ERROR_IO when the
+// Code::InvalidArgument for an unknown backend or a malformed init,
+// Code::Unsupported for a backend this build lacks, and Code::Io when the
 // others do not come within `timeout`.
 std::unique_ptr<Group::Comm> join(const std::string& backend, const std::string& init, int rank, int size,
                                   std::chrono::milliseconds timeout);

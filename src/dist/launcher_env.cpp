@@ -14,8 +14,8 @@ const char* launched_by = " (a launcher sets it for each worker: torchrun --npro
 
 std::string variable(const char* name) {
   const char* value = std::getenv(name);
-  if (!value) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("the environment has no ") + name + launched_by);
-  if (!*value) fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("the environment's ") + name + " is empty" + launched_by);
+  if (!value) fail(Code::InvalidArgument, std::string("the environment has no ") + name + launched_by);
+  if (!*value) fail(Code::InvalidArgument, std::string("the environment's ") + name + " is empty" + launched_by);
   return value;
 }
 
@@ -26,9 +26,8 @@ long integer(const char* name, long low, long high) {
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
   if (errno != 0 || end == text.c_str() || *end != '\0' || value < low || value > high)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string("the environment's ") + name + "=\"" + text +
-                                           "\" is not a whole number in " + std::to_string(low) + ".." +
-                                           std::to_string(high));
+    fail(Code::InvalidArgument, std::string("the environment's ") + name + "=\"" + text +
+                                    "\" is not a whole number in " + std::to_string(low) + ".." + std::to_string(high));
   return value;
 }
 

@@ -21,7 +21,7 @@ struct LauncherEnv {
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (and, for the launcher's store,
 // TORCHELASTIC_RESTART_COUNT). A variable that is missing or malformed fails with
-// KOILA_ERROR_INVALID_ARGUMENT naming it and what it held.
+// Code::InvalidArgument naming it and what it held.
 LauncherEnv read_launcher_env();
 
 }  // namespace koila::dist

@@ -107,11 +107,11 @@ c10::Device common_device(const std::vector<NodePtr>& inputs) {
     if (!first) {
       first = in.get();
     } else if (in->meta.device != first->meta.device) {
-      fail(KOILA_ERROR_DEVICE,
+      fail(Code::Device,
            "inputs are on different devices (" + first->meta.device.str() + " and " + in->meta.device.str() + ")");
     }
   }
-  if (!first) fail(KOILA_ERROR_INVALID_ARGUMENT, "no input tensor");
+  if (!first) fail(Code::InvalidArgument, "no input tensor");
   return first->meta.device;
 }
 
@@ -153,7 +153,7 @@ void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const 
     }
     found = verdicts.emplace(key, verdict).first;
   }
-  if (!found->second.empty()) fail(KOILA_ERROR_DTYPE, "inputs " + describe_inputs(inputs) + ": " + found->second);
+  if (!found->second.empty()) fail(Code::Dtype, "inputs " + describe_inputs(inputs) + ": " + found->second);
 }
 
 }  // namespace
@@ -192,9 +192,9 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   } catch (const Error&) {
     throw;
   } catch (const c10::Error&) {
-    rethrow_torch_error("inputs " + describe_inputs(*node), KOILA_ERROR_SHAPE);
+    rethrow_torch_error("inputs " + describe_inputs(*node), Code::Shape);
   } catch (const std::exception& e) {  // a few LibTorch shape checks throw std::runtime_error
-    fail(KOILA_ERROR_SHAPE, "inputs " + describe_inputs(*node) + ": " + e.what());
+    fail(Code::Shape, "inputs " + describe_inputs(*node) + ": " + e.what());
   }
   node->meta.device = device;
   if (spec.probe_kernel && any_lazy) probe_kernel(spec, inputs, *node);
@@ -231,12 +231,12 @@ NodePtr build(OpSpec spec, const std::vector<NodePtr>& inputs) {
   try {
     result = spec.run(values, *node);
   } catch (const c10::Error&) {
-    rethrow_torch_error("inputs " + describe_inputs(*node), KOILA_ERROR_INVALID_ARGUMENT);
+    rethrow_torch_error("inputs " + describe_inputs(*node), Code::InvalidArgument);
   }
   if (result.sizes() != at::IntArrayRef(node->meta.shape) || result.scalar_type() != node->meta.dtype)
-    fail(KOILA_ERROR_INTERNAL, std::string(spec.name) + " computed " + shape_string(result.sizes()) + " " +
-                                   dtype_name(result.scalar_type()) + " but inferred " +
-                                   shape_string(node->meta.shape) + " " + dtype_name(node->meta.dtype));
+    fail(Code::Internal, std::string(spec.name) + " computed " + shape_string(result.sizes()) + " " +
+                             dtype_name(result.scalar_type()) + " but inferred " + shape_string(node->meta.shape) +
+                             " " + dtype_name(node->meta.dtype));
   return make_constant(std::move(result));
 }
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/structure_key.h"
-#include "koila.h"
 
 namespace koila {
 
@@ -39,7 +39,7 @@ struct BatchResult {
   int64_t batch_dim = -1;
   std::string couples;  // non-empty: the op mixes samples; says how
   // Non-empty (with couples empty): the op mixes samples only through batch statistics
-  // (batch norm in training), which KOILA_BATCH_STATS_PER_CHUNK lets each chunk compute for
+  // (batch norm in training), which BatchStats::PerChunk lets each chunk compute for
   // itself; the batch dim goes on as batch_dim says. Says how.
   std::string stats_couples;
   BatchReduction reduction = BatchReduction::None;
@@ -114,7 +114,7 @@ struct OpSpec {
   // Meta kernels check shapes, not whether a kernel exists for these dtypes on this device
   // (Half on CPU, bool for abs, ...). Ops whose arguments stay valid for any sizes of the
   // same rank set this, and build() runs them once per (op, dtypes, device) on tensors of
-  // ones, so that a missing kernel is a KOILA_ERROR_DTYPE from the building call.
+  // ones, so that a missing kernel is a Code::Dtype from the building call.
   bool probe_kernel = false;
   // For ops that can average over the batch (see CountFn); default: all elements of input 0.
   CountFn mean_count = {};

@@ -150,7 +150,7 @@ struct ChunkStats::State {
       return calls.back();
     }
     if (next >= calls.size() || calls[next].running_mean.unsafeGetTensorImpl() != rm.unsafeGetTensorImpl())
-      fail(KOILA_ERROR_UNSUPPORTED,
+      fail(Code::Unsupported,
            "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
            "calls in the same order, but chunk " +
                std::to_string(chunk) + " differs");
@@ -287,14 +287,14 @@ void ChunkStats::end_chunk() {
   if (!s.on) return;
   if (s.error) std::rethrow_exception(s.error);
   if (s.per_chunk && s.chunk > 1 && s.next != s.calls.size())
-    fail(KOILA_ERROR_UNSUPPORTED,
+    fail(Code::Unsupported,
          "with KOILA_BATCH_STATS_PER_CHUNK, every chunk must make the same batch norm "
          "calls, but chunk " +
              std::to_string(s.chunk) + " made " + std::to_string(s.next) + " of " + std::to_string(s.calls.size()));
   // Every batch norm of a module reaches observed_batch_norm only through the graphs that
   // route_batch_norms rewrote: statistics that no call showed would be combined wrongly.
   if (s.per_chunk && s.chunk == 1 && s.expects_calls && s.calls.empty())
-    fail(KOILA_ERROR_INTERNAL,
+    fail(Code::Internal,
          "with KOILA_BATCH_STATS_PER_CHUNK, the chunk's batch norms in training were not "
          "observed (a module whose batch norm calls were not routed through koila)");
   if (s.per_chunk && s.chunk == 1 && !s.counters.empty()) {  // (read only by commit() of such a pass)
@@ -318,7 +318,7 @@ void ChunkStats::prepare() {
   auto current = [&](const at::Tensor& t) -> at::Tensor& {
     for (size_t i = 0; i < s.saved.size(); ++i)
       if (s.saved[i].tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return s.updated[i];
-    fail(KOILA_ERROR_INTERNAL, "a running statistic that was not saved");
+    fail(Code::Internal, "a running statistic that was not saved");
   };
   for (const Call& c : s.calls) {
     if (c.counts.empty()) continue;  // only empty chunks: no statistics to update with

@@ -1,4 +1,4 @@
-// Batch statistics per chunk (koila_set_batch_stats with KOILA_BATCH_STATS_PER_CHUNK): while
+// Batch statistics per chunk (koila_set_batch_stats with BatchStats::PerChunk): while
 // a chunked pass runs, each batch norm in training normalizes its chunk with the chunk's own
 // statistics, and its running statistics end as one update with the whole batch's mean and
 // unbiased variance would leave them. Any real pass of a graph with batch norm in training
@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/policies.h"
 #include "graph/graph.h"
 
 namespace koila {

@@ -45,7 +45,7 @@ c10::DeviceIndex ready(const c10::Device& device) {
   std::call_once(once, [] { (void)at::empty({0}, at::TensorOptions().device(at::kCUDA)); });
   const int count = c10::cuda::device_count();
   if (d.index() < 0 || d.index() >= count)
-    fail(KOILA_ERROR_DEVICE,
+    fail(Code::Device,
          "device " + d.str() + " is not available: this machine has " + std::to_string(count) + " CUDA device(s)");
   return d.index();
 }
@@ -99,7 +99,7 @@ uint64_t cuda_free_bytes(const c10::Device& device) {
   size_t free = 0, total = 0;
   const cudaError_t err = device_memory_info(d.index(), &free, &total);
   if (err != cudaSuccess)
-    fail(KOILA_ERROR_DEVICE, std::string("cudaMemGetInfo failed on ") + d.str() + ": " + cudaGetErrorString(err));
+    fail(Code::Device, std::string("cudaMemGetInfo failed on ") + d.str() + ": " + cudaGetErrorString(err));
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
   const int64_t cached = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
   return free + static_cast<uint64_t>(std::max<int64_t>(cached, 0));

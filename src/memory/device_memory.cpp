@@ -20,7 +20,7 @@ namespace {
 
 #ifndef KOILA_WITH_CUDA
 [[noreturn]] void no_cuda() {
-  fail(KOILA_ERROR_DEVICE, "koila was built against a LibTorch without CUDA; CUDA memory is not available");
+  fail(Code::Device, "koila was built against a LibTorch without CUDA; CUDA memory is not available");
 }
 #endif
 

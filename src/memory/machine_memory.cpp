@@ -75,8 +75,8 @@ void check_allocation(uint64_t bytes, const c10::Device& device) {
                                  : std::numeric_limits<uint64_t>::max();
   }();
   if (bytes > physical)
-    fail(KOILA_ERROR_OUT_OF_MEMORY, "a tensor of " + std::to_string(bytes) + " bytes exceeds the " +
-                                        std::to_string(physical) + " bytes of memory this machine has");
+    fail(Code::OutOfMemory, "a tensor of " + std::to_string(bytes) + " bytes exceeds the " + std::to_string(physical) +
+                                " bytes of memory this machine has");
 }
 
 uint64_t cpu_free_bytes() {

@@ -8,7 +8,7 @@
 
 namespace koila {
 
-// Refuses (KOILA_ERROR_OUT_OF_MEMORY) to allocate more than the machine could ever hold,
+// Refuses (Code::OutOfMemory) to allocate more than the machine could ever hold,
 // before asking the allocator (which on Linux may overcommit and let the process be killed
 // later). Other devices than the CPU fail cleanly by themselves.
 void check_allocation(uint64_t bytes, const c10::Device& device);

@@ -112,7 +112,7 @@ void memory_detail::install_meta_allocator() {
 
 MetaAllocationScope::MetaAllocationScope() : counter_(std::make_shared<Counter>()) {
   ensure_memory_tracking();
-  if (active_meta_counter) fail(KOILA_ERROR_INTERNAL, "nested meta allocation scopes");
+  if (active_meta_counter) fail(Code::Internal, "nested meta allocation scopes");
   active_meta_counter = counter_;
 }
 

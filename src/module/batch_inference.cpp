@@ -34,7 +34,7 @@ int64_t meta_batch_dim(const Call& call, const std::vector<const Meta*>& in, con
     const Meta second = meta_result(call, in, other);
     return batch_dim_between(out.shape, batch, second.shape, other, why);
   } catch (const Error& e) {
-    if (e.code() == KOILA_ERROR_UNSUPPORTED) throw;
+    if (e.code() == Code::Unsupported) throw;
     *why =
         "accepts a batch of " + std::to_string(batch) + " but not of " + std::to_string(other) + " (" + e.what() + ")";
     return -1;
@@ -44,7 +44,7 @@ int64_t meta_batch_dim(const Call& call, const std::vector<const Meta*>& in, con
 }  // namespace
 
 Meta meta_result(const Call& call, const std::vector<const Meta*>& in, int64_t batch) {
-  return meta_of(run_call(call, meta_args(call, in, batch), KOILA_ERROR_SHAPE));
+  return meta_of(run_call(call, meta_args(call, in, batch), Code::Shape));
 }
 
 std::vector<bool> result_tensors(const Call& call, const std::vector<const Meta*>& in, const Node& self,
@@ -52,10 +52,10 @@ std::vector<bool> result_tensors(const Call& call, const std::vector<const Meta*
   Tensors all;
   *from_meta = false;
   try {
-    all = run_call_all(call, meta_args(call, in, -1), KOILA_ERROR_SHAPE);
+    all = run_call_all(call, meta_args(call, in, -1), Code::Shape);
     *from_meta = true;
   } catch (const Error& e) {
-    if (e.code() == KOILA_ERROR_UNSUPPORTED || e.code() == KOILA_ERROR_OUT_OF_MEMORY) throw;
+    if (e.code() == Code::Unsupported || e.code() == Code::OutOfMemory) throw;
     int64_t batch = -1;
     for (size_t i = 0; i < call.n_inputs; ++i) batch = std::max(batch, in[i]->batch_size());
     Probe probe(call, self, batch < 0 ? -1 : std::min(batch, kProbeSamples));
@@ -89,7 +89,7 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
   try {
     out = meta_result(call, in, -1);
   } catch (const Error& e) {
-    if (e.code() == KOILA_ERROR_UNSUPPORTED || e.code() == KOILA_ERROR_OUT_OF_MEMORY) throw;
+    if (e.code() == Code::Unsupported || e.code() == Code::OutOfMemory) throw;
     meta_failure = e.what();
   }
   const bool meta_runs = meta_failure.empty();
@@ -99,7 +99,7 @@ Meta infer_call(const Call& call, Inference& inference, const std::vector<const 
     const int64_t size = in[i]->batch_size();
     if (size < 0) continue;
     if (batch >= 0 && size != batch) {
-      if (!meta_runs) fail(KOILA_ERROR_SHAPE, meta_failure);
+      if (!meta_runs) fail(Code::Shape, meta_failure);
       inference.batch = batch::couple("gets inputs with different batch sizes (" + std::to_string(batch) + " and " +
                                       std::to_string(size) + ")");
       return out;

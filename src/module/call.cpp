@@ -28,7 +28,7 @@ torch::jit::Module target_of(const Call& call, const Tensors& args, bool batch_n
   return target;
 }
 
-c10::IValue run_forward(const Call& call, const torch::jit::Module& target, const Tensors& args, koila_code fallback) {
+c10::IValue run_forward(const Call& call, const torch::jit::Module& target, const Tensors& args, Code fallback) {
   // Operator by operator, as eager LibTorch runs: the same kernels, the same tensors saved
   // for backward, whether the run is real or simulated on meta tensors (an optimized plan
   // would also specialize on the meta device).
@@ -38,8 +38,8 @@ c10::IValue run_forward(const Call& call, const torch::jit::Module& target, cons
 }
 
 // Every result of the call, flattened: in segments where a plan asks (segmented_call.h).
-Tensors run_flattened(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval,
-                      bool all_results, c10::IValue* whole) {
+Tensors run_flattened(const Call& call, const Tensors& args, Code fallback, bool batch_norm_eval, bool all_results,
+                      c10::IValue* whole) {
   const torch::jit::Module target = target_of(call, args, batch_norm_eval);
   if (std::optional<Tensors> segmented = run_segmented(call, target, args, fallback)) return std::move(*segmented);
   *whole = run_forward(call, target, args, fallback);
@@ -50,7 +50,7 @@ Tensors run_flattened(const Call& call, const Tensors& args, koila_code fallback
 
 }  // namespace
 
-at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+at::Tensor run_call(const Call& call, const Tensors& args, Code fallback, bool batch_norm_eval) {
   c10::IValue whole;
   const Tensors all = run_flattened(call, args, fallback, batch_norm_eval, /*all_results=*/false, &whole);
   if (call.result < 0) {
@@ -63,7 +63,7 @@ at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback, 
   return all[static_cast<size_t>(call.result)];
 }
 
-Tensors run_call_all(const Call& call, const Tensors& args, koila_code fallback, bool batch_norm_eval) {
+Tensors run_call_all(const Call& call, const Tensors& args, Code fallback, bool batch_norm_eval) {
   c10::IValue whole;
   return run_flattened(call, args, fallback, batch_norm_eval, /*all_results=*/true, &whole);
 }

@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/error.h"
 #include "graph/graph.h"
-#include "koila.h"
 #include "module/exported.h"
 
 namespace koila::module_detail {
@@ -40,12 +40,12 @@ std::string input_text(const Call& call);
 // module's own, the module itself runs; otherwise (meta stand-ins, probe copies) a twin
 // holding the given tensors does; `batch_norm_eval` switches its training batch norm
 // layers to evaluation. What LibTorch throws becomes a koila::Error with code `fallback`
-// (KOILA_ERROR_OUT_OF_MEMORY when memory ran out).
+// (Code::OutOfMemory when memory ran out).
 // The result is the one `call.result` says.
-at::Tensor run_call(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
+at::Tensor run_call(const Call& call, const Tensors& args, Code fallback = Code::InvalidArgument,
                     bool batch_norm_eval = false);
 // The same run, giving every result of the forward, flattened (results.h).
-Tensors run_call_all(const Call& call, const Tensors& args, koila_code fallback = KOILA_ERROR_INVALID_ARGUMENT,
+Tensors run_call_all(const Call& call, const Tensors& args, Code fallback = Code::InvalidArgument,
                      bool batch_norm_eval = false);
 
 }  // namespace koila::module_detail

@@ -123,7 +123,7 @@ Meta InferenceMemo::infer(const std::string& structure, const Call& call, Infere
     try {
       result = meta_result(call, in, -1);
     } catch (const Error& e) {
-      if (e.code() == KOILA_ERROR_UNSUPPORTED || e.code() == KOILA_ERROR_OUT_OF_MEMORY) throw;
+      if (e.code() == Code::Unsupported || e.code() == Code::OutOfMemory) throw;
     }
     const Meta expected = known->at(batch);
     if (result && result->shape == expected.shape && result->dtype == expected.dtype) {

@@ -67,7 +67,7 @@ NodePtr module_forward(LoadedModule& m, const std::vector<NodePtr>& inputs);
 // One call runs the module once for all of them: its node gives the first tensor result,
 // result nodes the others, each with its own batch dim (a result that mixes samples mixes
 // the call's). `*count` is the number of results as soon as it is known; more than
-// `capacity` fails with KOILA_ERROR_INVALID_ARGUMENT before anything runs.
+// `capacity` fails with Code::InvalidArgument before anything runs.
 std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodePtr>& inputs, size_t capacity,
                                         size_t* count);
 
@@ -75,8 +75,8 @@ std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodeP
 void set_training(const torch::jit::Module& module, bool on);
 
 // Loads the module at `path` onto `device`: a .pt2 archive (the content decides, not the
-// name) as an exported program, anything else as TorchScript. Fails with KOILA_ERROR_IO
-// (unreadable, corrupt) or KOILA_ERROR_UNSUPPORTED (what koila cannot run, named).
+// name) as an exported program, anything else as TorchScript. Fails with Code::Io
+// (unreadable, corrupt) or Code::Unsupported (what koila cannot run, named).
 void load_module(LoadedModule& m, const std::string& path, const c10::Device& device);
 
 // Saves the module to `path` as it was loaded (TorchScript, or a .pt2 archive for an exported
@@ -89,7 +89,7 @@ std::vector<std::pair<std::string, at::Tensor>> module_parameters(const LoadedMo
 std::vector<std::pair<std::string, at::Tensor>> module_buffers(const LoadedModule& m);
 
 // Whether the module trains (koila_module_is_training), and switching it (an exported
-// program only to the mode it was exported in: KOILA_ERROR_UNSUPPORTED otherwise).
+// program only to the mode it was exported in: Code::Unsupported otherwise).
 bool module_training(const LoadedModule& m);
 void set_module_training(LoadedModule& m, bool on);
 

@@ -178,12 +178,11 @@ std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodeP
     r->tensors = memo->result_tensors(structure, *call, in, self);
     *count = r->tensors.size();
     if (capacity < r->tensors.size())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call->name + " returns " + std::to_string(r->tensors.size()) +
-                                             " results, more than the capacity of " + std::to_string(capacity) +
-                                             " (a call with capacity 0 asks for the count)");
+      fail(Code::InvalidArgument, "module " + call->name + " returns " + std::to_string(r->tensors.size()) +
+                                      " results, more than the capacity of " + std::to_string(capacity) +
+                                      " (a call with capacity 0 asks for the count)");
     const auto first = std::find(r->tensors.begin(), r->tensors.end(), true);
-    if (first == r->tensors.end())
-      fail(KOILA_ERROR_UNSUPPORTED, "module " + call->name + " returns no tensor, only None");
+    if (first == r->tensors.end()) fail(Code::Unsupported, "module " + call->name + " returns no tensor, only None");
     r->first = static_cast<size_t>(first - r->tensors.begin());
     const size_t n = r->tensors.size();
     r->inferences.assign(n, Inference{});
@@ -238,7 +237,7 @@ std::vector<NodePtr> module_forward_all(LoadedModule& m, const std::vector<NodeP
     }
     OpSpec result{.name = "koila_module_result",
                   .run = [](const Tensors&, const Node& self) -> at::Tensor {
-                    fail(KOILA_ERROR_INTERNAL, self.op + " runs only in an evaluation of its call");
+                    fail(Code::Internal, self.op + " runs only in an evaluation of its call");
                   },
                   .result = static_cast<int64_t>(k),
                   .batch =

@@ -40,8 +40,8 @@ void load_module(LoadedModule& m, const std::string& path, const c10::Device& de
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
-      fail(KOILA_ERROR_IO, "cannot load a TorchScript module or .pt2 archive from '" + path +
-                               "' (missing, unreadable or corrupt): " + torch_complaint(e));
+      fail(Code::Io, "cannot load a TorchScript module or .pt2 archive from '" + path +
+                         "' (missing, unreadable or corrupt): " + torch_complaint(e));
     }
   }
   // Its graphs stay as loaded (what koila_module_save writes); calls run a routed clone
@@ -88,11 +88,11 @@ void set_module_training(LoadedModule& m, bool on) {
   if (m.exported && m.exported->mode != ExportedProgram::Mode::Either) {
     const bool training = m.exported->mode == ExportedProgram::Mode::Training;
     if (on != training)
-      fail(KOILA_ERROR_UNSUPPORTED, std::string("the exported program '") + m.exported->path + "' was exported in " +
-                                        mode_name(m.exported->mode) +
-                                        " mode, which its operators keep (batch norm and dropout take it as a "
-                                        "constant); export it again after model." +
-                                        (on ? "train()" : "eval()") + " for " + (on ? "training" : "evaluation"));
+      fail(Code::Unsupported, std::string("the exported program '") + m.exported->path + "' was exported in " +
+                                  mode_name(m.exported->mode) +
+                                  " mode, which its operators keep (batch norm and dropout take it as a "
+                                  "constant); export it again after model." +
+                                  (on ? "train()" : "eval()") + " for " + (on ? "training" : "evaluation"));
     return;
   }
   set_training(m.module, on);

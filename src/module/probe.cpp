@@ -101,12 +101,12 @@ Tensors Probe::args(const Tensors& inputs, int64_t n) {
 
 at::Tensor Probe::run(const Tensors& inputs, int64_t n) {
   c10::NoGradGuard no_grad;
-  return run_call(call_, args(inputs, n), KOILA_ERROR_SHAPE, batch_norm_eval_);
+  return run_call(call_, args(inputs, n), Code::Shape, batch_norm_eval_);
 }
 
 Tensors Probe::run_all() {
   c10::NoGradGuard no_grad;
-  return run_call_all(call_, args(inputs_, -1), KOILA_ERROR_SHAPE, batch_norm_eval_);
+  return run_call_all(call_, args(inputs_, -1), Code::Shape, batch_norm_eval_);
 }
 
 std::optional<Tensors> Probe::perturbed(int64_t j) const {

@@ -6,8 +6,8 @@
 //
 // Known: archive format "pt2", archive version 0, program schema major version 8 (any
 // minor version: a minor bump is a compatible change). Anything else is
-// KOILA_ERROR_UNSUPPORTED naming it; a file that is not such a zip, or one truncated or
-// corrupt, is KOILA_ERROR_IO.
+// Code::Unsupported naming it; a file that is not such a zip, or one truncated or
+// corrupt, is Code::Io.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -50,7 +50,7 @@ bool is_pt2_archive(const std::string& path);
 Pt2Archive read_pt2_archive(const std::string& path);
 
 // The ATen dtype of the program format's dtype code (schema.py's ScalarType), or fails with
-// KOILA_ERROR_UNSUPPORTED naming it; `what` says where it was found.
+// Code::Unsupported naming it; `what` says where it was found.
 at::ScalarType pt2_dtype(int code, const std::string& what);
 
 }  // namespace koila::module_detail

@@ -18,12 +18,12 @@ struct BuiltProgram {
 };
 
 // The program in the .pt2 archive at `path`, its tensors on `device`. Fails with
-// KOILA_ERROR_IO (unreadable, truncated or corrupt) or KOILA_ERROR_UNSUPPORTED (a format,
+// Code::Io (unreadable, truncated or corrupt) or Code::Unsupported (a format,
 // version, operator or construct koila does not run, named).
 BuiltProgram load_program(const std::string& path, const c10::Device& device);
 
 // The tensor of the program's module at dotted `name` ("bn.running_mean"), as its
-// attributes hold it (KOILA_ERROR_INTERNAL where there is none).
+// attributes hold it (Code::Internal where there is none).
 at::Tensor module_tensor(const torch::jit::Module& module, const std::string& name);
 
 // Writes `program` to `path` as a .pt2 archive with `module`'s current parameters and

@@ -23,12 +23,12 @@ at::Tensor module_tensor(const torch::jit::Module& module, const std::string& na
     const size_t dot = name.find('.', start);
     const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!v.isObject() || !v.toObject()->type()->hasAttribute(part))
-      fail(KOILA_ERROR_INTERNAL, "the exported program's module has no '" + name + "'");
+      fail(Code::Internal, "the exported program's module has no '" + name + "'");
     v = v.toObject()->getAttr(part);
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
-  if (!v.isTensor()) fail(KOILA_ERROR_INTERNAL, "the exported program's '" + name + "' is not a tensor");
+  if (!v.isTensor()) fail(Code::Internal, "the exported program's '" + name + "' is not a tensor");
   return v.toTensor();
 }
 

@@ -26,8 +26,8 @@ void flatten(const c10::IValue& v, Tensors& out, const std::string& who, const s
       flatten(entry.value(), out, who, where + "[" + name + "]");
     }
   } else {
-    fail(KOILA_ERROR_UNSUPPORTED, who + " returned " + v.tagKind() + (where.empty() ? "" : " as its result" + where) +
-                                      "; koila takes tensors, None, and tuples, lists and dicts of them");
+    fail(Code::Unsupported, who + " returned " + v.tagKind() + (where.empty() ? "" : " as its result" + where) +
+                                "; koila takes tensors, None, and tuples, lists and dicts of them");
   }
 }
 

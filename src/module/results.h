@@ -20,7 +20,7 @@ bool returns_tensors(const c10::TypePtr& type, std::string* why);
 
 // Appends `result`'s tensors to `out` in that order (undefined for None); a part that is
 // neither a tensor, None nor a tuple, list or dict of those fails with
-// KOILA_ERROR_UNSUPPORTED, naming it, in a message that begins with `who`.
+// Code::Unsupported, naming it, in a message that begins with `who`.
 void flatten_results(const c10::IValue& result, Tensors& out, const std::string& who);
 
 }  // namespace koila::module_detail

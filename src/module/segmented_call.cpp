@@ -61,7 +61,7 @@ struct SegmentBackward : torch::autograd::Node {
   }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    if (!segments) fail(KOILA_ERROR_INVALID_ARGUMENT, "module " + call_name + ": a segment was differentiated twice");
+    if (!segments) fail(Code::InvalidArgument, "module " + call_name + ": a segment was differentiated twice");
     const CallSegment& segment = segments->segments[index];
     size_t n_edges = 0;
     for (bool b : needs_grad) n_edges += b ? 1 : 0;
@@ -97,7 +97,7 @@ struct SegmentBackward : torch::autograd::Node {
       run_segment(segment, stack);
     }
     if (stack.size() != segment.outputs.size())
-      fail(KOILA_ERROR_INTERNAL, "module " + call_name + ": a segment run again gave another number of values");
+      fail(Code::Internal, "module " + call_name + ": a segment run again gave another number of values");
     Tensors roots, grad_outputs;
     size_t k = 0;  // (grads: one per output that is a tensor)
     for (const c10::IValue& out : stack) {
@@ -142,7 +142,7 @@ at::Tensor attribute_at(const c10::IValue& module, const std::vector<std::string
 }  // namespace
 
 std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module& target, const Tensors& args,
-                                     koila_code fallback) {
+                                     Code fallback) {
   if (!segmenting_programs() || !c10::GradMode::is_enabled()) return std::nullopt;
   bool any_grad = false, on_meta = false;
   c10::Device device = c10::Device(c10::kCPU);
@@ -208,7 +208,7 @@ std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module&
         run_segment(segment, stack);
       }
       if (stack.size() != segment.outputs.size())
-        fail(KOILA_ERROR_INTERNAL, "module " + call.name + ": a segment gave another number of values");
+        fail(Code::Internal, "module " + call.name + ": a segment gave another number of values");
       bool differentiable = !edges.empty() || !state.empty();
       for (const at::Tensor& t : state) edges.push_back(t);
       node->state = state;

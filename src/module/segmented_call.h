@@ -29,7 +29,7 @@
 
 #include <optional>
 
-#include "koila.h"
+#include "base/error.h"
 #include "module/call.h"
 
 namespace koila::module_detail {
@@ -39,6 +39,6 @@ namespace koila::module_detail {
 // grad, and the graph has a cut; nullopt otherwise (the call runs whole). Failures are the
 // call's (fail_forward with `fallback`).
 std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module& target, const Tensors& args,
-                                     koila_code fallback);
+                                     Code fallback);
 
 }  // namespace koila::module_detail

@@ -30,7 +30,7 @@ ObjectPtr twin(const ObjectPtr& runnable, const ObjectPtr& original, const Subst
   auto found = done.find(runnable.get());
   if (found != done.end()) return found->second;
   if (runnable->slots().size() != original->slots().size())
-    fail(KOILA_ERROR_INTERNAL, "the module's structure changed after koila cloned it");
+    fail(Code::Internal, "the module's structure changed after koila cloned it");
   ObjectPtr copy = runnable->copy();
   done.emplace(runnable.get(), copy);
   for (size_t i = 0; i < copy->slots().size(); ++i) {

@@ -15,7 +15,7 @@ inline int64_t rank_of(const NodePtr& node) { return static_cast<int64_t>(node->
 
 inline void require_floating(const NodePtr& node, const char* what) {
   if (!at::isFloatingType(node->meta.dtype))
-    fail(KOILA_ERROR_DTYPE, std::string(what) + " must be floating point, but is " + dtype_name(node->meta.dtype));
+    fail(Code::Dtype, std::string(what) + " must be floating point, but is " + dtype_name(node->meta.dtype));
 }
 
 }  // namespace koila

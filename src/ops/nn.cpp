@@ -40,7 +40,7 @@ void check_linear_bias(const Meta& x, const Meta& w, const Meta& b) {
     broadcasts = have == want || have == 1;
   }
   if (!broadcasts)
-    fail(KOILA_ERROR_SHAPE,
+    fail(Code::Shape,
          "linear's bias " + shape_string(b.shape) + " does not broadcast to its result " + shape_string(result));
 }
 
@@ -94,11 +94,11 @@ NodePtr convolution(const char* name, const NodePtr& input, const NodePtr& weigh
                     std::vector<int64_t> s, std::vector<int64_t> p, std::vector<int64_t> d, int64_t groups,
                     size_t spatial) {
   require_floating(input, "x");
-  if (groups < 1) fail(KOILA_ERROR_INVALID_ARGUMENT, "groups must be positive, got " + std::to_string(groups));
+  if (groups < 1) fail(Code::InvalidArgument, "groups must be positive, got " + std::to_string(groups));
   const int64_t rank = rank_of(input);
   if (rank != static_cast<int64_t>(spatial) + 1 && rank != static_cast<int64_t>(spatial) + 2)
-    fail(KOILA_ERROR_SHAPE, "expected input of rank " + std::to_string(spatial + 1) + " or " +
-                                std::to_string(spatial + 2) + ", got " + shape_string(input->meta.shape));
+    fail(Code::Shape, "expected input of rank " + std::to_string(spatial + 1) + " or " + std::to_string(spatial + 2) +
+                          ", got " + shape_string(input->meta.shape));
   // Batched input [N, C, ...]: only N may carry the batch. Unbatched [C, ...]: none may.
   const bool batched = rank == static_cast<int64_t>(spatial) + 2;
   const bool two_d = spatial == 2;
@@ -115,7 +115,7 @@ NodePtr pool(const char* name, const NodePtr& input, std::vector<int64_t> k, std
   require_floating(input, "x");
   const int64_t rank = rank_of(input);
   if (rank != 3 && rank != 4)
-    fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+    fail(Code::Shape, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
   return build(
       OpSpec{.name = name,
              .run =
@@ -161,8 +161,8 @@ namespace koila::ops {
 
 NodePtr matmul(const char* name, const NodePtr& lhs, const NodePtr& rhs) {
   if (rank_of(lhs) == 0 || rank_of(rhs) == 0)
-    fail(KOILA_ERROR_SHAPE, "both arguments to matmul need at least 1 dimension, got " + shape_string(lhs->meta.shape) +
-                                " and " + shape_string(rhs->meta.shape));
+    fail(Code::Shape, "both arguments to matmul need at least 1 dimension, got " + shape_string(lhs->meta.shape) +
+                          " and " + shape_string(rhs->meta.shape));
   return build(OpSpec{.name = name,
                       .run = [](const Tensors& in, const Node&) { return at::matmul(in[0], in[1]); },
                       .batch = matmul_batch},
@@ -170,17 +170,17 @@ NodePtr matmul(const char* name, const NodePtr& lhs, const NodePtr& rhs) {
 }
 
 NodePtr linear(const char* name, const NodePtr& input, const NodePtr& w, const NodePtr& b) {
-  if (rank_of(input) == 0) fail(KOILA_ERROR_SHAPE, "linear needs an input of rank 1 or more, got a scalar");
-  if (rank_of(w) != 2) fail(KOILA_ERROR_SHAPE, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
+  if (rank_of(input) == 0) fail(Code::Shape, "linear needs an input of rank 1 or more, got a scalar");
+  if (rank_of(w) != 2) fail(Code::Shape, "linear needs a weight [out, in], got " + shape_string(w->meta.shape));
   OpSpec spec{.name = name,
               .run = [](const Tensors& in, const Node&) { return fused_linear(in[0], in[1], in[2]); },
               .batch = batch::same_dims_except({rank_of(input) - 1}, "contracts"),
               .linear_layers = 1};
   // LibTorch's meta kernels (1.13) accept mixed dtypes, where running linear does not.
   if (w->meta.dtype != input->meta.dtype || (b && b->meta.dtype != input->meta.dtype))
-    fail(KOILA_ERROR_DTYPE, std::string("linear needs x, weight and bias of one dtype, got ") +
-                                dtype_name(input->meta.dtype) + ", " + dtype_name(w->meta.dtype) +
-                                (b ? std::string(", ") + dtype_name(b->meta.dtype) : std::string()));
+    fail(Code::Dtype, std::string("linear needs x, weight and bias of one dtype, got ") +
+                          dtype_name(input->meta.dtype) + ", " + dtype_name(w->meta.dtype) +
+                          (b ? std::string(", ") + dtype_name(b->meta.dtype) : std::string()));
   if (b && w->meta.shape[1] == input->meta.shape.back()) check_linear_bias(input->meta, w->meta, b->meta);
   if (plain_linear(input->meta, w->meta, b ? &b->meta : nullptr)) spec.infer = linear_result;
   return build(std::move(spec), {input, w, b});
@@ -210,9 +210,9 @@ NodePtr adaptive_avg_pool2d(const char* name, const NodePtr& input, std::vector<
   require_floating(input, "x");
   const int64_t rank = rank_of(input);
   if (rank != 3 && rank != 4)
-    fail(KOILA_ERROR_SHAPE, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+    fail(Code::Shape, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
   for (int64_t s : size)
-    if (s <= 0) fail(KOILA_ERROR_INVALID_ARGUMENT, "output_size must be positive, got " + shape_string(size));
+    if (s <= 0) fail(Code::InvalidArgument, "output_size must be positive, got " + shape_string(size));
   return build(OpSpec{.name = name,
                       .run = [size](const Tensors& in, const Node&) { return at::adaptive_avg_pool2d(in[0], size); },
                       .batch = batch::same_dims_except({rank - 2, rank - 1}, "pools")},
@@ -223,13 +223,13 @@ NodePtr batch_norm(const char* name, const NodePtr& input, const NodePtr& weight
                    const NodePtr& running_mean, const NodePtr& running_var, bool train, double momentum, double eps) {
   require_floating(input, "x");
   if (rank_of(input) < 2)
-    fail(KOILA_ERROR_SHAPE,
+    fail(Code::Shape,
          "batch_norm expects an input [N, C, ...] of rank 2 or more, got " + shape_string(input->meta.shape));
   if (!train && (!running_mean || !running_var))
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed when training is 0");
-  if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
+    fail(Code::InvalidArgument, "running_mean and running_var are needed when training is 0");
+  if (!(eps > 0)) fail(Code::InvalidArgument, "eps must be positive, got " + std::to_string(eps));
   // Per channel, samples stay apart but for the statistics of a batch norm in training,
-  // which KOILA_BATCH_STATS_PER_CHUNK lets each chunk compute for itself.
+  // which BatchStats::PerChunk lets each chunk compute for itself.
   BatchRule rule = [train, per_channel = batch::same_dims_except({1}, "applies per-channel statistics")](
                        const Metas& in, const Meta& out) {
     BatchResult r = per_channel(in, out);
@@ -255,8 +255,8 @@ NodePtr batch_norm(const char* name, const NodePtr& input, const NodePtr& weight
 NodePtr layer_norm(const char* name, const NodePtr& input, std::vector<int64_t> shape, const NodePtr& weight,
                    const NodePtr& bias, double eps) {
   require_floating(input, "x");
-  if (shape.empty()) fail(KOILA_ERROR_INVALID_ARGUMENT, "normalized_shape must have at least one dim");
-  if (!(eps > 0)) fail(KOILA_ERROR_INVALID_ARGUMENT, "eps must be positive, got " + std::to_string(eps));
+  if (shape.empty()) fail(Code::InvalidArgument, "normalized_shape must have at least one dim");
+  if (!(eps > 0)) fail(Code::InvalidArgument, "eps must be positive, got " + std::to_string(eps));
   const int64_t rank = rank_of(input);
   const int64_t first = std::max<int64_t>(0, rank - static_cast<int64_t>(shape.size()));
   return build(OpSpec{.name = name,
@@ -267,11 +267,9 @@ NodePtr layer_norm(const char* name, const NodePtr& input, std::vector<int64_t> 
 }
 
 NodePtr embedding(const char* name, const NodePtr& w, const NodePtr& idx) {
-  if (rank_of(w) != 2)
-    fail(KOILA_ERROR_SHAPE, "embedding needs a weight [num, dim], got " + shape_string(w->meta.shape));
+  if (rank_of(w) != 2) fail(Code::Shape, "embedding needs a weight [num, dim], got " + shape_string(w->meta.shape));
   if (idx->meta.dtype != at::kLong && idx->meta.dtype != at::kInt)
-    fail(KOILA_ERROR_DTYPE,
-         std::string("indices must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
+    fail(Code::Dtype, std::string("indices must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
   return build(OpSpec{.name = name,
                       .run = [](const Tensors& in, const Node&) { return at::embedding(in[0], in[1]); },
                       .batch =
@@ -289,15 +287,14 @@ NodePtr scaled_dot_product_attention(const char* name, const NodePtr& query, con
   for (const NodePtr* t : {&query, &key, &value}) {
     require_floating(*t, "q, k and v");
     if (rank_of(*t) < 2)
-      fail(KOILA_ERROR_SHAPE, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
+      fail(Code::Shape, "q, k and v need rank 2 or more, got " + describe_inputs({query, key, value}));
   }
   const int64_t e = query->meta.shape.back(), s = key->meta.shape[rank_of(key) - 2];
   if (key->meta.shape.back() != e || value->meta.shape[rank_of(value) - 2] != s)
-    fail(KOILA_ERROR_SHAPE,
+    fail(Code::Shape,
          "expected q [..., L, E], k [..., S, E], v [..., S, Ev], got " + describe_inputs({query, key, value}));
   if (mask && mask->meta.dtype != at::kBool && !at::isFloatingType(mask->meta.dtype))
-    fail(KOILA_ERROR_DTYPE,
-         std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
+    fail(Code::Dtype, std::string("attn_mask must be KOILA_BOOL or floating, got ") + dtype_name(mask->meta.dtype));
   return build(
       OpSpec{.name = name,
              .run = [causal](const Tensors& in, const Node&) { return attention(in[0], in[1], in[2], in[3], causal); },

@@ -139,7 +139,7 @@ NodePtr leaky_relu(const char* name, const NodePtr& input, double slope) {
 }
 
 void check_clamp_bounds(double lo, double hi) {
-  if (std::isnan(lo) || std::isnan(hi)) fail(KOILA_ERROR_INVALID_ARGUMENT, "lo and hi must not be NaN");
+  if (std::isnan(lo) || std::isnan(hi)) fail(Code::InvalidArgument, "lo and hi must not be NaN");
 }
 
 NodePtr clamp(const char* name, const NodePtr& x, double lo, double hi) {
@@ -161,7 +161,7 @@ NodePtr log_softmax(const char* name, const NodePtr& x, int64_t dim) {
 void check_dropout(const NodePtr& input, double p) {
   require_floating(input, "x");
   if (!(p >= 0.0 && p <= 1.0))
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "dropout probability must be between 0 and 1, got " + std::to_string(p));
+    fail(Code::InvalidArgument, "dropout probability must be between 0 and 1, got " + std::to_string(p));
 }
 
 NodePtr dropout(const char* name, const NodePtr& input, double p, bool on) {

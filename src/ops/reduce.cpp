@@ -22,7 +22,7 @@ NodePtr reduction(const char* name, const NodePtr& input, const std::vector<int6
   for (int64_t dim : given) {
     const int64_t n = normalize_dim(dim, rank, "dim");
     if (std::find(d.begin(), d.end(), n) != d.end())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "dim " + std::to_string(dim) + " appears more than once in dims");
+      fail(Code::InvalidArgument, "dim " + std::to_string(dim) + " appears more than once in dims");
     d.push_back(n);
   }
   // A mean averages over the reduced dims: that many elements per result element.
@@ -122,15 +122,15 @@ NodePtr loss(const char* name, const NodePtr& x, const NodePtr& t, at::Reduction
              bool has_classes) {
   require_floating(x, "the input");
   if (has_classes) {
-    if (rank_of(x) == 0) fail(KOILA_ERROR_SHAPE, "the input needs a class dim, got a scalar");
+    if (rank_of(x) == 0) fail(Code::Shape, "the input needs a class dim, got a scalar");
     const bool indices = !at::isFloatingType(t->meta.dtype);
     if (indices && t->meta.dtype != at::kLong)
-      fail(KOILA_ERROR_DTYPE, std::string("class-index targets must be KOILA_INT64, got ") + dtype_name(t->meta.dtype));
+      fail(Code::Dtype, std::string("class-index targets must be KOILA_INT64, got ") + dtype_name(t->meta.dtype));
   } else {
     require_floating(t, "the target");
     if (x->meta.shape != t->meta.shape)
-      fail(KOILA_ERROR_SHAPE, "input " + shape_string(x->meta.shape) + " and target " + shape_string(t->meta.shape) +
-                                  " must have the same shape");
+      fail(Code::Shape, "input " + shape_string(x->meta.shape) + " and target " + shape_string(t->meta.shape) +
+                            " must have the same shape");
   }
   const int64_t class_dim = has_classes ? (rank_of(x) == 1 ? 0 : 1) : -1;
   const int64_t red = reduction;
@@ -183,7 +183,7 @@ NodePtr amin(const char* name, const NodePtr& x, std::vector<int64_t> dims, bool
 NodePtr argmax(const char* name, const NodePtr& input, int64_t dim, bool keep) {
   const int64_t d = normalize_dim(dim, rank_of(input), "dim");
   // LibTorch refuses it too, with an error whose type changed between versions.
-  if (input->meta.dtype == at::kBool) fail(KOILA_ERROR_DTYPE, "argmax does not support KOILA_BOOL input");
+  if (input->meta.dtype == at::kBool) fail(Code::Dtype, "argmax does not support KOILA_BOOL input");
   return build(OpSpec{.name = name,
                       .run = [d, keep](const Tensors& in, const Node&) { return at::argmax(in[0], d, keep); },
                       .batch = batch::reduce({d}, keep, BatchReduction::None),

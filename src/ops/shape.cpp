@@ -46,8 +46,7 @@ namespace koila::ops {
 
 NodePtr reshape(const char* name, const NodePtr& input, std::vector<int64_t> target) {
   for (int64_t s : target)
-    if (s < -1)
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "invalid size " + std::to_string(s) + " in shape " + shape_string(target));
+    if (s < -1) fail(Code::InvalidArgument, "invalid size " + std::to_string(s) + " in shape " + shape_string(target));
   return build(OpSpec{.name = name,
                       .run =
                           [target](const Tensors& in, const Node& self) {
@@ -66,7 +65,7 @@ NodePtr flatten(const char* name, const NodePtr& input, int64_t start, int64_t e
   const int64_t rank = rank_of(input);
   const int64_t s = normalize_dim(start, rank, "start"), e = normalize_dim(end, rank, "end");
   if (s > e)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
+    fail(Code::InvalidArgument,
          "flatten: start (" + std::to_string(start) + ") must not come after end (" + std::to_string(end) + ")");
   return build(OpSpec{.name = name,
                       .run = [s, e](const Tensors& in, const Node&) { return at::flatten(in[0], s, e); },
@@ -77,8 +76,8 @@ NodePtr flatten(const char* name, const NodePtr& input, int64_t start, int64_t e
 void check_permute_count(const NodePtr& input, size_t ndim) {
   const int64_t rank = rank_of(input);
   if (static_cast<int64_t>(ndim) != rank)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "permute needs " + std::to_string(rank) + " dims for a tensor of shape " +
-                                           shape_string(input->meta.shape) + ", got " + std::to_string(ndim));
+    fail(Code::InvalidArgument, "permute needs " + std::to_string(rank) + " dims for a tensor of shape " +
+                                    shape_string(input->meta.shape) + ", got " + std::to_string(ndim));
 }
 
 NodePtr permute(const char* name, const NodePtr& input, std::vector<int64_t> given) {
@@ -88,7 +87,7 @@ NodePtr permute(const char* name, const NodePtr& input, std::vector<int64_t> giv
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (int64_t dim : given) {
     const int64_t d = normalize_dim(dim, rank, "dim");
-    if (seen[d]) fail(KOILA_ERROR_INVALID_ARGUMENT, "permute: dim " + std::to_string(dim) + " repeats");
+    if (seen[d]) fail(Code::InvalidArgument, "permute: dim " + std::to_string(dim) + " repeats");
     seen[d] = true;
     order.push_back(d);
   }
@@ -148,10 +147,9 @@ NodePtr unsqueeze(const char* name, const NodePtr& input, int64_t dim) {
 
 NodePtr cat(const char* name, const std::vector<NodePtr>& nodes, int64_t dim) {
   const int64_t rank = rank_of(nodes[0]);
-  if (rank == 0) fail(KOILA_ERROR_SHAPE, "cat cannot join scalars (rank 0); use koila_stack");
+  if (rank == 0) fail(Code::Shape, "cat cannot join scalars (rank 0); use koila_stack");
   for (const NodePtr& node : nodes)
-    if (rank_of(node) != rank)
-      fail(KOILA_ERROR_SHAPE, "cat needs tensors of the same rank, got " + describe_inputs(nodes));
+    if (rank_of(node) != rank) fail(Code::Shape, "cat needs tensors of the same rank, got " + describe_inputs(nodes));
   const int64_t d = normalize_dim(dim, rank, "dim");
   return build(OpSpec{.name = name,
                       .run = [d](const Tensors& in, const Node&) { return at::cat(in, d); },
@@ -169,14 +167,13 @@ NodePtr stack(const char* name, const std::vector<NodePtr>& nodes, int64_t dim) 
 
 NodePtr narrow(const char* name, const NodePtr& input, int64_t dim, int64_t start, int64_t length) {
   const int64_t rank = rank_of(input);
-  if (rank == 0) fail(KOILA_ERROR_SHAPE, "narrow needs a tensor of rank 1 or more, got a scalar");
+  if (rank == 0) fail(Code::Shape, "narrow needs a tensor of rank 1 or more, got a scalar");
   const int64_t d = normalize_dim(dim, rank, "dim");
   const int64_t size = input->meta.shape[d];
   const int64_t s = start < 0 ? start + size : start;
   if (s < 0 || s > size || length < 0 || length > size - s)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "narrow: start " + std::to_string(start) + " and length " +
-                                           std::to_string(length) + " do not fit dim " + std::to_string(dim) +
-                                           " of size " + std::to_string(size));
+    fail(Code::InvalidArgument, "narrow: start " + std::to_string(start) + " and length " + std::to_string(length) +
+                                    " do not fit dim " + std::to_string(dim) + " of size " + std::to_string(size));
   return build(OpSpec{.name = name,
                       .run = [d, s, length](const Tensors& in, const Node&) { return in[0].narrow(d, s, length); },
                       .batch = batch::same_dims_except({d}, "selects a range")},
@@ -186,9 +183,8 @@ NodePtr narrow(const char* name, const NodePtr& input, int64_t dim, int64_t star
 NodePtr index_select(const char* name, const NodePtr& input, int64_t dim, const NodePtr& idx) {
   const int64_t d = normalize_dim(dim, rank_of(input), "dim");
   if (idx->meta.dtype != at::kLong && idx->meta.dtype != at::kInt)
-    fail(KOILA_ERROR_DTYPE,
-         std::string("index must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
-  if (rank_of(idx) > 1) fail(KOILA_ERROR_SHAPE, "index must be 1-D, got " + shape_string(idx->meta.shape));
+    fail(Code::Dtype, std::string("index must be KOILA_INT64 or KOILA_INT32, got ") + dtype_name(idx->meta.dtype));
+  if (rank_of(idx) > 1) fail(Code::Shape, "index must be 1-D, got " + shape_string(idx->meta.shape));
   return build(OpSpec{.name = name,
                       .run = [d](const Tensors& in, const Node&) { return at::index_select(in[0], d, in[1]); },
                       .batch =

@@ -2,20 +2,20 @@
 // settings, read when a plan is made.
 #pragma once
 
-#include "koila.h"
+#include "base/policies.h"
 
 namespace koila {
 
-void set_batch_stats(koila_batch_stats policy);
-koila_batch_stats batch_stats();
+void set_batch_stats(BatchStats policy);
+BatchStats batch_stats();
 
-void set_chunking(koila_chunking policy);
-koila_chunking chunking();
+void set_chunking(Chunking policy);
+Chunking chunking();
 
-void set_recompute(koila_recompute policy);
-koila_recompute recompute();
+void set_recompute(Recompute policy);
+Recompute recompute();
 
-const char* batch_stats_name(koila_batch_stats policy);
-const char* chunking_name(koila_chunking policy);
+const char* batch_stats_name(BatchStats policy);
+const char* chunking_name(Chunking policy);
 
 }  // namespace koila

@@ -79,7 +79,7 @@ class Estimator {
   // How batch norm in training will treat its statistics (koila_set_batch_stats): a pass
   // in chunks that keeps them per chunk holds them from chunk to chunk (batch_stats.h), which
   // extra() adds.
-  void set_batch_stats(koila_batch_stats policy) { batch_stats_ = policy; }
+  void set_batch_stats(BatchStats policy) { batch_stats_ = policy; }
 
   // Estimated extra bytes of a run in chunks of `chunk` samples (-1: unsplit).
   uint64_t extra(int64_t chunk);
@@ -152,7 +152,7 @@ class Estimator {
   uint64_t room_ = UINT64_MAX;
   uint64_t budget_;  // the plan's budget (set_room); until then, the device's when the estimator was made
   std::map<int64_t, uint64_t> needed_at_least_;  // samples -> what a probe's run needed, out of room
-  koila_batch_stats batch_stats_ = KOILA_BATCH_STATS_EXACT;
+  BatchStats batch_stats_ = BatchStats::Exact;
 };
 
 // The simulation behind the figures of a chunk size (-1: unsplit), run again with `watch`

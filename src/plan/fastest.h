@@ -1,4 +1,4 @@
-// KOILA_CHUNK_FASTEST: which chunk size a plan picks among those that fit, from the times
+// Chunking::Fastest: which chunk size a plan picks among those that fit, from the times
 // of earlier runs of the same graph structure.
 //
 // The candidates are the chunk sizes that fit the budget, largest first (the whole batch

@@ -6,7 +6,7 @@
 //     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
 //     devices, batch dims, gradient flags and, for training, whether each .grad is absent,
 //     all zeros or neither), so that a graph rebuilt every step is simulated and probed
-//     once, not every step; and, under KOILA_CHUNK_FASTEST, how long runs of each chunk
+//     once, not every step; and, under Chunking::Fastest, how long runs of each chunk
 //     size took (fastest.h).
 #pragma once
 
@@ -106,7 +106,7 @@ struct GraphRecord {
   std::map<std::pair<int64_t, uint64_t>, std::vector<std::pair<size_t, size_t>>> recompute_choices;
   std::map<int64_t, std::vector<std::pair<size_t, size_t>>> most_recomputed;
   std::map<int64_t, std::vector<double>> saved_by_autograd;
-  ChunkTimings timings;             // KOILA_CHUNK_FASTEST: the candidates' timed runs (fastest.h)
+  ChunkTimings timings;             // Chunking::Fastest: the candidates' timed runs (fastest.h)
   ChunkTimings recomputed_timings;  // the same, of candidates that recompute (planner.cpp)
 };
 

@@ -46,17 +46,17 @@ int64_t largest_power_of_two_at_most(int64_t n) {
 void check_loss(const NodePtr& loss) {
   const uint64_t numel = checked_numel(loss->meta.shape);
   if (numel != 1)
-    fail(KOILA_ERROR_INVALID_ARGUMENT,
+    fail(Code::InvalidArgument,
          "the loss must have exactly one element, but has shape " + shape_string(loss->meta.shape));
   if (!at::isFloatingType(loss->meta.dtype))
-    fail(KOILA_ERROR_DTYPE, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
+    fail(Code::Dtype, std::string("the loss must be floating point, but is ") + dtype_name(loss->meta.dtype));
 }
 
 // A run or plan started from a progress callback would run inside the run that called it
 // (and could wait for that run to end): refused.
 void check_not_in_progress_callback() {
   if (in_progress_callback())
-    fail(KOILA_ERROR_UNSUPPORTED,
+    fail(Code::Unsupported,
          "a progress callback cannot evaluate, plan or run a backward "
          "(it runs inside the chunked run that called it)");
 }
@@ -220,7 +220,7 @@ void adopt(Plan& p, const Analysis& a, Estimator& estimator, int64_t chunk, cons
   p.recompute = r.plan;
 }
 
-// Under KOILA_RECOMPUTE_AS_NEEDED, for a backward whose plan `p` fits no chunk: the largest chunk
+// Under Recompute::AsNeeded, for a backward whose plan `p` fits no chunk: the largest chunk
 // (unsplit first, then powers of two down to 1; unsplit only where the batch cannot be split)
 // that fits with the most recomputation, then the least recomputation that fits it. Where none
 // fits, `p` notes the least budget that the most recomputation needs.
@@ -250,7 +250,7 @@ void plan_recompute(Plan& p, const Analysis& a, Estimator& estimator) {
   }
 }
 
-// KOILA_CHUNK_FASTEST: replaces the largest chunk that fits (p.chunk) by the candidate the
+// Chunking::Fastest: replaces the largest chunk that fits (p.chunk) by the candidate the
 // timings of earlier runs of the structure choose, or by the next candidate to time (fastest.h).
 void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
   if (a.batch <= 0 || !fits(p)) return;  // no batch to split (or an empty one), or nothing fits
@@ -258,7 +258,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
     p.chunk_choice = "KOILA_CHUNK_FASTEST: the batch cannot be split (" + p.coupled + "), nothing to measure";
     return;
   }
-  if (!a.stats_coupled.empty() && p.batch_stats == KOILA_BATCH_STATS_PER_CHUNK) {
+  if (!a.stats_coupled.empty() && p.batch_stats == BatchStats::PerChunk) {
     p.chunk_choice =
         "KOILA_CHUNK_FASTEST: the largest chunk that fits is kept, as with batch statistics per chunk "
         "the chunk size changes the results";
@@ -276,7 +276,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
   std::vector<int64_t> all = candidates;
   std::optional<Recomputing> larger_recomputing;
   int64_t larger = 0;
-  if (p.mode == RunMode::Training && p.recompute_policy != KOILA_RECOMPUTE_OFF && p.chunk < a.batch) {
+  if (p.mode == RunMode::Training && p.recompute_policy != Recompute::Off && p.chunk < a.batch) {
     larger = std::min(a.batch, p.chunk * 2);
     const std::optional<Recomputing> most = recompute_for(p, a, estimator, larger, /*most=*/true);
     if (most && most->fits) {
@@ -330,7 +330,7 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
   p.allocator_bytes = p.unsplit_allocator_bytes;
   p.recompute_policy = recompute();
   const bool training = mode == RunMode::Training;
-  if (!fits(p) && training && p.recompute_policy == KOILA_RECOMPUTE_PREFERRED) plan_recompute(p, a, estimator);
+  if (!fits(p) && training && p.recompute_policy == Recompute::Preferred) plan_recompute(p, a, estimator);
   if (!fits(p) && a.batch > 1 && p.coupled.empty()) {
     // The largest power of two below the batch whose estimate fits (estimates grow with the chunk).
     int64_t lo = 0, hi = 0;  // exponents
@@ -362,14 +362,14 @@ Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& 
       p.allocator_bytes = estimator.allocator_overhead(1);
     }
   }
-  if (!fits(p) && training && p.recompute_policy != KOILA_RECOMPUTE_OFF) plan_recompute(p, a, estimator);
-  if (p.chunking == KOILA_CHUNK_FASTEST && !p.recompute) choose_fastest_chunk(a, estimator, p);
+  if (!fits(p) && training && p.recompute_policy != Recompute::Off) plan_recompute(p, a, estimator);
+  if (p.chunking == Chunking::Fastest && !p.recompute) choose_fastest_chunk(a, estimator, p);
   const bool fit = fits(p);
   if (with_source || !fit) p.source = estimator.source();  // text: built only where it is read
   p.per_chunk_stats = per_chunk_stats(a, p.batch_stats, p.chunk);
   p.stats_coupled = a.stats_coupled;
   if (fit) return p;
-  const koila_code code = a.batch >= 0 && !p.coupled.empty() ? KOILA_ERROR_NOT_SPLITTABLE : KOILA_ERROR_OUT_OF_MEMORY;
+  const Code code = a.batch >= 0 && !p.coupled.empty() ? Code::NotSplittable : Code::OutOfMemory;
   fail(code, p.describe());
 }
 
@@ -389,7 +389,7 @@ uint64_t run_cap(const Plan& plan, bool widened) {
 // hard limit. After an out-of-memory error (an estimate that fell short, or a device that
 // ran out) it records what the chunk needed at least and retries with half the chunk.
 // Every run's measured peak is recorded for later plans of the same graph, and under
-// KOILA_CHUNK_FASTEST the time of a run that measures a candidate (not of a run that ran
+// Chunking::Fastest the time of a run that measures a candidate (not of a run that ran
 // out of memory, nor of its retries).
 // `with_source`: the plan returned says where its figures came from (Plan::source).
 template <class F>
@@ -405,7 +405,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
     try {
       plan = plan_lazy(root, mode, a, estimator, with_source);
     } catch (const Error& e) {
-      if (e.code() != KOILA_ERROR_OUT_OF_MEMORY && e.code() != KOILA_ERROR_NOT_SPLITTABLE) throw;
+      if (e.code() != Code::OutOfMemory && e.code() != Code::NotSplittable) throw;
       // It does not fit even alone: no run is alive, and none ended since the plan read
       // what is in use (one that ended just after would have left it room: plan again).
       if (runs_alive(device) == 0 && runs_ended(device) == ended) throw;
@@ -487,7 +487,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         }
         plan.chunk = largest_power_of_two_at_most(std::min(plan.chunk, a.batch) / 2);
         plan.chunks = chunks_of(a.batch, plan.chunk);
-        if (plan.chunking == KOILA_CHUNK_FASTEST) {
+        if (plan.chunking == Chunking::Fastest) {
           plan.timed = false;  // a retry measures no candidate
           plan.chunk_choice = "KOILA_CHUNK_FASTEST: the planned chunk ran out of memory; retried with chunks of " +
                               std::to_string(plan.chunk) + ", not timed";
@@ -581,7 +581,7 @@ std::string Plan::describe() const {
   const bool fits_unsplit = fits(*this, unsplit_extra_bytes, unsplit_allocator_bytes);
   if (recompute && !chunk_choice.empty()) {
     os << " The unsplit run does not fit. " << chunk_choice << ".";
-  } else if (recompute && recompute_policy == KOILA_RECOMPUTE_PREFERRED) {
+  } else if (recompute && recompute_policy == Recompute::Preferred) {
     os << " The unsplit run does not fit without recomputation; KOILA_RECOMPUTE_PREFERRED recomputes rather than "
           "split"
        << (split ? ": " + std::to_string(chunk) + " is the largest power of two whose chunks fit recomputing." : ".");
@@ -609,7 +609,7 @@ std::string Plan::describe() const {
     os << " It fits unsplit.";
   }
   if (!fits(*this) && mode == RunMode::Training && root && root->lazy()) {
-    if (recompute_policy == KOILA_RECOMPUTE_OFF)
+    if (recompute_policy == Recompute::Off)
       os << " Recomputation is off (KOILA_RECOMPUTE_OFF).";
     else if (least_recomputed_needed == 0)
       os << " Recomputation could not be planned for this graph (its recomputing run cannot be simulated on meta "
@@ -668,7 +668,7 @@ void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_co
     const at::Tensor& value = loss->value;
     const Tensors leaves = value.requires_grad() ? autograd_leaves({value}) : Tensors{};
     if (leaves.empty())
-      fail(KOILA_ERROR_INVALID_ARGUMENT,
+      fail(Code::InvalidArgument,
            "the loss does not depend on any tensor that requires grad "
            "(see koila_tensor_set_requires_grad)");
     Tensors grads = gradients({value}, {}, leaves);

@@ -1,13 +1,13 @@
 // The batch planner: estimates the peak memory of evaluating a graph (FORWARD) or of a
 // backward from it (TRAINING) for a given chunk of the batch, picks the largest chunk that
-// fits the device's budget (or, under KOILA_CHUNK_FASTEST, the fastest measured of those
+// fits the device's budget (or, under Chunking::Fastest, the fastest measured of those
 // that fit), and runs the batch chunk by chunk so that results and gradients equal the
 // unsplit ones.
 //
 // The pieces, one job each: run/analysis (where the batch goes), run/chunked_run (the chunk
 // strategy, shared by runs, simulations and probes), plan/estimate (figures and where they
 // came from), plan/memo (what is remembered per root and per graph structure),
-// memory/reservations (one budget for many threads), plan/fastest (KOILA_CHUNK_FASTEST's
+// memory/reservations (one budget for many threads), plan/fastest (Chunking::Fastest's
 // candidates and choice); this file searches the chunk and runs it, planning once a run.
 #pragma once
 
@@ -29,15 +29,15 @@ struct Plan {
   int64_t batch = -1;  // batch size, -1: no lazy batch
   int64_t chunk = -1;  // samples per chunk (the batch when it runs unsplit)
   int64_t chunks = 1;
-  std::string coupled;                                      // non-empty: why the batch cannot be split (names the op)
-  koila_batch_stats batch_stats = KOILA_BATCH_STATS_EXACT;  // the policy in force when planned
-  bool per_chunk_stats = false;                   // batch norm in training computes each chunk's own statistics
-  std::string stats_coupled;                      // the op that couples the batch through its statistics, if any
-  koila_chunking chunking = KOILA_CHUNK_LARGEST;  // the policy in force when planned
-  bool timed = false;                             // FASTEST: the run times its chunk as a candidate (fastest.h)
-  std::string chunk_choice;                       // FASTEST: how the chunk was chosen (candidates, timings)
-  uint64_t in_use_bytes = 0;                      // in use on the device when planned
-  uint64_t reserved_by_others_bytes = 0;          // reserved by runs on other threads, not yet allocated
+  std::string coupled;                         // non-empty: why the batch cannot be split (names the op)
+  BatchStats batch_stats = BatchStats::Exact;  // the policy in force when planned
+  bool per_chunk_stats = false;                // batch norm in training computes each chunk's own statistics
+  std::string stats_coupled;                   // the op that couples the batch through its statistics, if any
+  Chunking chunking = Chunking::Largest;       // the policy in force when planned
+  bool timed = false;                          // FASTEST: the run times its chunk as a candidate (fastest.h)
+  std::string chunk_choice;                    // FASTEST: how the chunk was chosen (candidates, timings)
+  uint64_t in_use_bytes = 0;                   // in use on the device when planned
+  uint64_t reserved_by_others_bytes = 0;       // reserved by runs on other threads, not yet allocated
   uint64_t budget_bytes = 0;
   uint64_t unsplit_extra_bytes = 0;  // estimated beyond what is in use, unsplit
   uint64_t extra_bytes = 0;          // estimated beyond what is in use, as planned
@@ -49,7 +49,7 @@ struct Plan {
   // recomputes (null: nothing; chosen only where no chunk fits without it). `unrecomputed_*`:
   // the same chunk's figures without it. `least_recomputed_needed`: where nothing fits even
   // recomputing the most koila can plan, the budget that would fit that (0: not known).
-  koila_recompute recompute_policy = KOILA_RECOMPUTE_AS_NEEDED;
+  Recompute recompute_policy = Recompute::AsNeeded;
   std::shared_ptr<const RecomputePlan> recompute;
   uint64_t unrecomputed_extra_bytes = 0;
   uint64_t least_recomputed_needed = 0;
@@ -71,8 +71,8 @@ struct Plan {
 };
 
 // Plans without running anything (but for the real probes of plan/estimate.h, once per
-// graph structure). Fails with KOILA_ERROR_OUT_OF_MEMORY when not even one
-// sample fits, KOILA_ERROR_NOT_SPLITTABLE when the graph couples the batch and does not
+// graph structure). Fails with Code::OutOfMemory when not even one
+// sample fits, Code::NotSplittable when the graph couples the batch and does not
 // fit unsplit (the message is the plan's description).
 Plan make_plan(const NodePtr& root, RunMode mode);
 

@@ -70,7 +70,7 @@ size_t Timeline::peak_index() const {
   return best;
 }
 
-uint64_t Timeline::part(koila_memory_part which) const {
+uint64_t Timeline::part(MemoryPart which) const {
   const TimelineEvent& e = events[peak_index()];
   const uint64_t run = e.peak - base;  // what the run holds at its peak
   uint64_t activations = 0, grads = 0;
@@ -81,18 +81,18 @@ uint64_t Timeline::part(koila_memory_part which) const {
     activations = std::min(e.live - base, run);  // results still held after the op
   }
   switch (which) {
-    case KOILA_PART_IN_USE: return base;
-    case KOILA_PART_ACTIVATIONS: return activations;
-    case KOILA_PART_GRADIENTS: return grads;
-    case KOILA_PART_TEMPORARIES: return run - activations - grads;
-    case KOILA_PART_BEYOND_SIMULATION: return beyond();
+    case MemoryPart::InUse: return base;
+    case MemoryPart::Activations: return activations;
+    case MemoryPart::Gradients: return grads;
+    case MemoryPart::Temporaries: return run - activations - grads;
+    case MemoryPart::BeyondSimulation: return beyond();
   }
-  fail(KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_memory_part");
+  fail(Code::Internal, "unknown memory part");
 }
 
 Timeline record_timeline(const Plan& plan, bool unsplit) {
   if (!plan.root || !plan.root->lazy())
-    fail(KOILA_ERROR_UNSUPPORTED, "the plan evaluates a concrete value: nothing runs, so there is no timeline");
+    fail(Code::Unsupported, "the plan evaluates a concrete value: nothing runs, so there is no timeline");
   const Analysis& a = analysis_of(plan.root, plan.mode);
   Timeline t;
   t.mode = plan.mode;
@@ -126,9 +126,9 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(KOILA_ERROR_UNSUPPORTED, std::string("the plan's figures are not simulated (simulating it on meta "
-                                              "tensors failed: ") +
-                                      e.what() + "), so there is no timeline");
+    fail(Code::Unsupported, std::string("the plan's figures are not simulated (simulating it on meta "
+                                        "tensors failed: ") +
+                                e.what() + "), so there is no timeline");
   }
   return t;
 }

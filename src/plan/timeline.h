@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "koila.h"
 #include "plan/planner.h"
 #include "run/observer.h"
 
@@ -25,6 +24,15 @@ struct TimelineEvent {
   uint64_t peak = 0;             // the most held during the op, same basis
   uint64_t forward_at_peak = 0;  // of peak - base: what the forward allocated (activations)
   uint64_t grads = 0;            // bytes of .grad held by the graph's leaves after the op
+};
+
+// The parts of a timeline's peak (koila.h's koila_memory_part; api/timeline.cpp converts).
+enum class MemoryPart {
+  InUse,             // held before the run
+  Activations,       // allocated by the forward and still held at the peak
+  Gradients,         // .grad of the leaves held at the peak
+  Temporaries,       // the rest of the simulated peak
+  BeyondSimulation,  // what the estimate adds beyond the simulation
 };
 
 struct Timeline {
@@ -43,11 +51,11 @@ struct Timeline {
   // What the estimate adds beyond the simulation (0 when it adds nothing).
   uint64_t beyond() const { return estimate > simulated_peak() ? estimate - simulated_peak() : 0; }
   // Where the memory goes at the peak: the parts add up to base + simulated peak + beyond.
-  uint64_t part(koila_memory_part part) const;
+  uint64_t part(MemoryPart part) const;
 };
 
 // Simulates `plan`'s run again (unsplit, or in the plan's chunks) and records it. Fails with
-// KOILA_ERROR_UNSUPPORTED when there is nothing to simulate (a concrete value) or the
+// Code::Unsupported when there is nothing to simulate (a concrete value) or the
 // simulation fails (the plan's figures were then measured, not simulated).
 Timeline record_timeline(const Plan& plan, bool unsplit);
 

@@ -63,14 +63,14 @@ std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode) {
   return a;
 }
 
-std::string coupling(const Analysis& a, koila_batch_stats policy) {
-  if (!a.coupled.empty() || a.stats_coupled.empty() || policy == KOILA_BATCH_STATS_PER_CHUNK) return a.coupled;
+std::string coupling(const Analysis& a, BatchStats policy) {
+  if (!a.coupled.empty() || a.stats_coupled.empty() || policy == BatchStats::PerChunk) return a.coupled;
   return a.stats_coupled +
          " (koila_set_batch_stats(KOILA_BATCH_STATS_PER_CHUNK) lets each chunk normalize with its own statistics)";
 }
 
-bool per_chunk_stats(const Analysis& a, koila_batch_stats policy, int64_t chunk) {
-  return policy == KOILA_BATCH_STATS_PER_CHUNK && a.coupled.empty() && !a.stats_coupled.empty() && a.splits(chunk);
+bool per_chunk_stats(const Analysis& a, BatchStats policy, int64_t chunk) {
+  return policy == BatchStats::PerChunk && a.coupled.empty() && !a.stats_coupled.empty() && a.splits(chunk);
 }
 
 }  // namespace koila

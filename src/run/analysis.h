@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/policies.h"
 #include "graph/graph.h"
-#include "koila.h"
 #include "run/executor.h"
 
 namespace koila {
@@ -42,12 +42,12 @@ struct Analysis {
 };
 
 // Why the batch of `a` cannot be split under the batch statistics policy `policy` (empty:
-// it can). Under KOILA_BATCH_STATS_EXACT the reason names the option that would allow it.
-std::string coupling(const Analysis& a, koila_batch_stats policy);
+// it can). Under BatchStats::Exact the reason names the option that would allow it.
+std::string coupling(const Analysis& a, BatchStats policy);
 
 // Whether chunks of `chunk` samples split a graph that batch norm couples only through its
 // statistics under `policy`: the chunks then compute their own statistics (batch_stats.h).
-bool per_chunk_stats(const Analysis& a, koila_batch_stats policy, int64_t chunk);
+bool per_chunk_stats(const Analysis& a, BatchStats policy, int64_t chunk);
 
 // Analyses `root` for `mode` (the planner keeps it per root: plan/memo.h).
 std::unique_ptr<Analysis> analyze(const NodePtr& root, RunMode mode);

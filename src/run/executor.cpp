@@ -142,17 +142,17 @@ at::Tensor keep_results(std::vector<Tensors>& results, size_t i, size_t n, Tenso
   results[i] = std::move(all);
   for (const at::Tensor& t : results[i])
     if (t.defined()) return t;
-  fail(KOILA_ERROR_INTERNAL, node.op + " gave no result");
+  fail(Code::Internal, node.op + " gave no result");
 }
 
 // The value of result node `node`, whose op sits at position `p`.
 at::Tensor result_of(const std::vector<Tensors>& results, int64_t p, const Node& node) {
   const auto r = static_cast<size_t>(node.result);
   if (p < 0 || static_cast<size_t>(p) >= results.size() || r >= results[static_cast<size_t>(p)].size())
-    fail(KOILA_ERROR_INTERNAL, node.op + " " + std::to_string(r) + " read before its op ran, or past its results");
+    fail(Code::Internal, node.op + " " + std::to_string(r) + " read before its op ran, or past its results");
   const at::Tensor& t = results[static_cast<size_t>(p)][r];
   if (!t.defined())
-    fail(KOILA_ERROR_INTERNAL, node.op + " " + std::to_string(r) + ": the op gave none where a tensor was inferred");
+    fail(Code::Internal, node.op + " " + std::to_string(r) + ": the op gave none where a tensor was inferred");
   return t;
 }
 
@@ -164,14 +164,14 @@ at::Tensor group_output(const Schedule& schedule, size_t g, const Node& node, co
   auto found = std::find_if(grouped.begin(), grouped.end(), [g](const auto& e) { return e.first == g; });
   if (found == grouped.end()) {
     Tensors outs = group.run(args, options);
-    if (outs.size() != group.outputs.size()) fail(KOILA_ERROR_INTERNAL, "a group gave a wrong number of results");
+    if (outs.size() != group.outputs.size()) fail(Code::Internal, "a group gave a wrong number of results");
     grouped.emplace_back(g, std::move(outs));
     found = std::prev(grouped.end());
   }
   const size_t k =
       static_cast<size_t>(std::find(group.outputs.begin(), group.outputs.end(), &node) - group.outputs.begin());
   if (k >= group.outputs.size() || !found->second[k].defined())
-    fail(KOILA_ERROR_INTERNAL, node.op + ": its group gave no value for it");
+    fail(Code::Internal, node.op + ": its group gave no value for it");
   at::Tensor value = std::move(found->second[k]);
   if (std::none_of(found->second.begin(), found->second.end(), [](const at::Tensor& t) { return t.defined(); }))
     grouped.erase(found);
@@ -205,7 +205,7 @@ Schedule make_schedule(const std::vector<const Node*>& roots, const std::unorder
   }
   auto at = [](const Node* node) {  // (position: the thread's)
     const uint32_t p = node ? position.find(node) : NodeIndex::kAbsent;
-    if (p == NodeIndex::kAbsent) fail(KOILA_ERROR_INTERNAL, "an evaluation of a null node");
+    if (p == NodeIndex::kAbsent) fail(Code::Internal, "an evaluation of a null node");
     return static_cast<size_t>(p);
   };
   s.uses.assign(s.order.size(), 0);
@@ -257,7 +257,7 @@ Tensors evaluate(const std::vector<const Node*>& roots, const EvalOptions& optio
 
 Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   if (options.given && !schedule.with_given)
-    fail(KOILA_ERROR_INTERNAL, "an evaluation with given values used a schedule made without them");
+    fail(Code::Internal, "an evaluation with given values used a schedule made without them");
   if (options.grad) (void)release_graph();  // older than every node this evaluation records
   c10::AutoGradMode grad_mode(options.grad);
   const std::vector<const Node*>& order = schedule.order;
@@ -265,8 +265,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
   auto is_given = [&](const Node* node) { return options.given && options.given->count(node); };
 
   if (options.reached_leaves && (options.given || !options.grad))
-    fail(KOILA_ERROR_INTERNAL,
-         "reached leaves are found only in an evaluation that records autograd, without given values");
+    fail(Code::Internal, "reached leaves are found only in an evaluation that records autograd, without given values");
   std::optional<ReachedLeaves> reached;  // made only when asked for (every evaluation passes here)
   if (options.reached_leaves) reached.emplace(options.reached_leaves);
   std::vector<at::Tensor> values(order.size());
@@ -306,7 +305,7 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
         else
           values[i] = node.run(args, node);
       } catch (const c10::Error&) {
-        rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", KOILA_ERROR_INVALID_ARGUMENT);
+        rethrow_torch_error(node.op + " (inputs " + describe_inputs(node) + ")", Code::InvalidArgument);
       }
     }
     if (reached && values[i].requires_grad()) reached->note(schedule, i, args);
@@ -315,8 +314,8 @@ Tensors evaluate(const Schedule& schedule, const EvalOptions& options) {
     ++stats.ops_run;
     stats.peak_live_values = std::max(stats.peak_live_values, ++live);
     if (!has_expected_shape(values[i].sizes(), node.meta, options))
-      fail(KOILA_ERROR_INTERNAL, node.op + " produced " + shape_string(values[i].sizes()) + " where " +
-                                     shape_string(expected_shape(node.meta, options)) + " was inferred");
+      fail(Code::Internal, node.op + " produced " + shape_string(values[i].sizes()) + " where " +
+                               shape_string(expected_shape(node.meta, options)) + " was inferred");
     for (size_t k = first; k < end; ++k) {
       const int64_t p = schedule.inputs[k];
       if (p < 0) continue;

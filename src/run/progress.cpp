@@ -6,13 +6,13 @@ namespace koila {
 namespace {
 
 std::mutex progress_mutex;
-koila_progress_fn progress_fn = nullptr;
+ProgressFn progress_fn = nullptr;
 void* progress_user = nullptr;
 thread_local bool inside_callback = false;
 
 }  // namespace
 
-void set_progress(koila_progress_fn fn, void* user) {
+void set_progress(ProgressFn fn, void* user) {
   std::lock_guard<std::mutex> lock(progress_mutex);
   progress_fn = fn;
   progress_user = fn ? user : nullptr;
@@ -20,7 +20,7 @@ void set_progress(koila_progress_fn fn, void* user) {
 
 void report_progress(const char* what, int64_t done, int64_t total) {
   if (inside_callback) return;
-  koila_progress_fn fn;
+  ProgressFn fn;
   void* user;
   {
     std::lock_guard<std::mutex> lock(progress_mutex);

@@ -5,13 +5,15 @@
 
 #include <cstdint>
 
-#include "koila.h"
 #include "run/observer.h"
 
 namespace koila {
 
+// A progress callback: koila.h's koila_progress_fn.
+using ProgressFn = void (*)(void* user, const char* what, int64_t done, int64_t total);
+
 // NULL fn turns reporting off. Thread-safe.
-void set_progress(koila_progress_fn fn, void* user);
+void set_progress(ProgressFn fn, void* user);
 
 // Calls the callback in force, if any, on this thread: `what` is "forward" or "backward",
 // done counts 1..total. The lock is not held during the call, so the callback may set or

@@ -109,13 +109,13 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment) {
   std::unordered_set<const Node*> seen;
   std::vector<std::pair<const Node*, size_t>> stack;
   for (const Node* out : segment.outputs) {
-    if (inputs.count(out)) fail(KOILA_ERROR_INVALID_ARGUMENT, "a segment's output is one of its inputs");
+    if (inputs.count(out)) fail(Code::InvalidArgument, "a segment's output is one of its inputs");
     if (!seen.insert(out).second) continue;
     stack.emplace_back(out, 0);
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       if (node->kind != NodeKind::Op)
-        fail(KOILA_ERROR_INVALID_ARGUMENT,
+        fail(Code::InvalidArgument,
              "a segment reaches a tensor that is not among its inputs (" + node->op + "): its leaves are inputs");
       if (next < node->inputs.size()) {
         const Node* in = node->inputs[next++].get();
@@ -131,7 +131,7 @@ std::vector<const Node*> segment_ops(const RecomputeSegment& segment) {
 
 Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_values, const EvalOptions& options) {
   if (input_values.size() != segment.inputs.size())
-    fail(KOILA_ERROR_INTERNAL, "a segment's inputs and their values differ in number");
+    fail(Code::Internal, "a segment's inputs and their values differ in number");
   if (segment.outputs.empty()) return {};
   std::unordered_map<const Node*, at::Tensor> given;
   bool any_grad = false;
@@ -313,7 +313,7 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
   size_t previous_end = 0;
   for (const auto& [first, last] : ranges) {
     if (first > last || last >= n || first < previous_end)
-      fail(KOILA_ERROR_INTERNAL, "recomputed ranges must be ordered, disjoint and within the schedule");
+      fail(Code::Internal, "recomputed ranges must be ordered, disjoint and within the schedule");
     previous_end = last + 1;
     RecomputeSegment segment;
     std::unordered_set<const Node*> inputs;

@@ -37,7 +37,7 @@ struct RecomputeSegment {
 };
 
 // The nodes a segment computes (between `inputs` and `outputs`); fails with
-// KOILA_ERROR_INVALID_ARGUMENT where `outputs` reach a leaf that is not among `inputs`.
+// Code::InvalidArgument where `outputs` reach a leaf that is not among `inputs`.
 std::vector<const Node*> segment_ops(const RecomputeSegment& segment);
 
 // The values of the segment's outputs from `input_values` (one for each input, in order). Under

@@ -16,9 +16,9 @@ namespace {
 void check(double value, const char* name, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
   if (!ok)
-    fail(KOILA_ERROR_INVALID_ARGUMENT, std::string(name) + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) +
-                                           ", " + (std::isinf(hi) ? "inf" : std::to_string(hi)) +
-                                           (hi_open ? ")" : "]") + ", got " + std::to_string(value));
+    fail(Code::InvalidArgument, std::string(name) + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
+                                    (std::isinf(hi) ? "inf" : std::to_string(hi)) + (hi_open ? ")" : "]") + ", got " +
+                                    std::to_string(value));
 }
 
 // One parameter group: koila makes every optimizer over a single group.

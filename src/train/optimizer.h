@@ -28,7 +28,7 @@ struct Optimizer {
   std::vector<at::Tensor> params;  // in the order given, which a state file follows
 };
 
-// Checks the hyperparameters' ranges (KOILA_ERROR_INVALID_ARGUMENT naming the first out of
+// Checks the hyperparameters' ranges (Code::InvalidArgument naming the first out of
 // range) and makes the optimizer over `params`.
 void make_optimizer(Optimizer& out, OptimizerKind kind, std::vector<at::Tensor> params, const Hyperparameters& h);
 // The same checks alone (a state file's hyperparameters go through them too).

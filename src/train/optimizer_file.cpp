@@ -139,7 +139,7 @@ class CheckedWriter {
 // --- reading ---
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& why) {
-  fail(KOILA_ERROR_IO, "cannot load the optimizer state from '" + path + "': " + why + "; the optimizer is unchanged");
+  fail(Code::Io, "cannot load the optimizer state from '" + path + "': " + why + "; the optimizer is unchanged");
 }
 
 struct Prefix {
@@ -150,10 +150,10 @@ struct Prefix {
 std::ifstream open_for_reading(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0)
-    fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
+    fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
   if (S_ISDIR(info.st_mode)) corrupt(path, "it is a directory");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(KOILA_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
+  if (!in) fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
   return in;
 }
 
@@ -223,7 +223,7 @@ void save_optimizer(const Optimizer& o, const std::string& path) {
       json tensors = json::array();
       for (const auto& [name, t] : s.tensors) {
         if (t.scalar_type() != p.scalar_type() || t.sizes() != p.sizes())
-          fail(KOILA_ERROR_INTERNAL, "the optimizer's " + name + " does not have its parameter's dtype and shape");
+          fail(Code::Internal, "the optimizer's " + name + " does not have its parameter's dtype and shape");
         tensors.push_back({{"name", name}, {"offset", offset}, {"bytes", element_bytes(t)}});
         offset += element_bytes(t);
         payload.push_back(t);
@@ -270,23 +270,23 @@ void load_optimizer(Optimizer& o, const std::string& path) {
   // What the file is for, against this optimizer: the first mismatch is the caller's.
   const std::string kind = field<std::string>(header, "kind", path);
   if (kind != optimizer_kind_name(o.kind))
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "'" + path + "' holds the state of an " + kind + " optimizer, and this one is " +
-                                           optimizer_kind_name(o.kind) + "; the optimizer is unchanged");
+    fail(Code::InvalidArgument, "'" + path + "' holds the state of an " + kind + " optimizer, and this one is " +
+                                    optimizer_kind_name(o.kind) + "; the optimizer is unchanged");
   const json params = field<json>(header, "parameters", path);
   if (!params.is_array()) corrupt(path, "its header's \"parameters\" is not a list");
   if (params.size() != o.params.size())
-    fail(KOILA_ERROR_INVALID_ARGUMENT, "'" + path + "' holds the state of " + std::to_string(params.size()) +
-                                           " parameters, and this optimizer has " + std::to_string(o.params.size()) +
-                                           "; the optimizer is unchanged");
+    fail(Code::InvalidArgument, "'" + path + "' holds the state of " + std::to_string(params.size()) +
+                                    " parameters, and this optimizer has " + std::to_string(o.params.size()) +
+                                    "; the optimizer is unchanged");
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = o.params[i];
     const auto dtype = field<std::string>(params[i], "dtype", path);
     const auto shape = field<std::vector<int64_t>>(params[i], "shape", path);
     if (dtype != dtype_name(p.scalar_type()) || at::IntArrayRef(shape) != p.sizes())
-      fail(KOILA_ERROR_INVALID_ARGUMENT, "parameter " + std::to_string(i) + " does not match '" + path +
-                                             "': the file's is " + dtype + " " + shape_string(shape) +
-                                             ", this optimizer's " + dtype_name(p.scalar_type()) + " " +
-                                             shape_string(p.sizes()) + "; the optimizer is unchanged");
+      fail(Code::InvalidArgument, "parameter " + std::to_string(i) + " does not match '" + path + "': the file's is " +
+                                      dtype + " " + shape_string(shape) + ", this optimizer's " +
+                                      dtype_name(p.scalar_type()) + " " + shape_string(p.sizes()) +
+                                      "; the optimizer is unchanged");
   }
 
   // The hyperparameters, in the ranges the constructors take.

@@ -22,11 +22,11 @@
 
 namespace koila {
 
-// Written whole or not at all (base/atomic_file.h); KOILA_ERROR_IO on failure.
+// Written whole or not at all (base/atomic_file.h); Code::Io on failure.
 void save_optimizer(const Optimizer& o, const std::string& path);
 
-// KOILA_ERROR_IO: missing, unreadable, not an optimizer state, a newer format, truncated,
-// corrupt. KOILA_ERROR_INVALID_ARGUMENT: another kind, another number of parameters, a
+// Code::Io: missing, unreadable, not an optimizer state, a newer format, truncated,
+// corrupt. Code::InvalidArgument: another kind, another number of parameters, a
 // parameter of another dtype or shape (the first named). Either way `o` is unchanged.
 void load_optimizer(Optimizer& o, const std::string& path);
 
