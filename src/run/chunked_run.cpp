@@ -128,7 +128,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
           break;
         case BatchReduction::Max: acc = acc.defined() ? at::maximum(acc, v) : v.clone(); break;
         case BatchReduction::Min: acc = acc.defined() ? at::minimum(acc, v) : v.clone(); break;
-        case BatchReduction::None: fail(KOILA_ERROR_INTERNAL, "a boundary without a reduction");
+        case BatchReduction::None: fail(Code::Internal, "a boundary without a reduction");
       }
     }
   });
@@ -145,7 +145,7 @@ Tensors combine_boundaries(const Analysis& a, const ChunkRun& run, std::vector<d
 }
 
 [[noreturn]] void no_leaves() {
-  fail(KOILA_ERROR_INVALID_ARGUMENT,
+  fail(Code::InvalidArgument,
        "the loss does not depend on any tensor that requires grad "
        "(see koila_tensor_set_requires_grad)");
 }
@@ -306,9 +306,9 @@ LossReduction loss_reduction(const Analysis& a, const std::vector<double>& mean_
     const BatchReduction reduction = a.boundaries[k]->reduction;
     if (reduction == BatchReduction::Mean) {
       if (any_mean && mean_counts[k] != r.count)
-        fail(KOILA_ERROR_UNSUPPORTED, "the loss combines means over the batch that averaged over different counts (" +
-                                          std::to_string(r.count) + " and " + std::to_string(mean_counts[k]) +
-                                          "); a group weighs each shard by one count");
+        fail(Code::Unsupported, "the loss combines means over the batch that averaged over different counts (" +
+                                    std::to_string(r.count) + " and " + std::to_string(mean_counts[k]) +
+                                    "); a group weighs each shard by one count");
       any_mean = true;
       r.count = mean_counts[k];
     } else if (reduction != BatchReduction::Sum) {
@@ -380,8 +380,167 @@ namespace {
 const Schedule& forward_schedule(const ChunkRun& run, const Schedule& base) {
   if (!run.recompute) return base;
   if (run.recompute->base != &base)
-    fail(KOILA_ERROR_INTERNAL, "a recomputation was planned for another schedule than the run's");
+    fail(Code::Internal, "a recomputation was planned for another schedule than the run's");
   return run.recompute->schedule;
+}
+
+// A backward pass's forward of `base` (see forward_schedule), its linear layers fusing their
+// weight gradients as `fusion` says and its programs segmented where the recomputation says so.
+Tensors forward_for_backward(const ChunkRun& run, const GradFusion& fusion, const Schedule& base,
+                             const EvalOptions& options) {
+  const GradFusion::Forward fusing(fusion);
+  const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
+  return evaluate(forward_schedule(run, base), options);
+}
+
+// The unsplit backward: one forward and one backward of the whole graph, its gradients added
+// into .grad as autograd goes where no .grad holds earlier ones, else computed whole, then added.
+void backward_whole(const NodePtr& root, const Analysis& a, const ChunkRun& run, const GradFusion& fusion,
+                    bool retain) {
+  ChunkStats stats(stats_handling(a, run), a.nodes());
+  EvalOptions options = options_for(run);
+  options.grad = true;
+  ChunkCounts counts(a.boundaries);
+  if (shows_gradients(run)) counts.observe(options, run);
+  Tensors leaves;
+  options.reached_leaves = &leaves;
+  at::Tensor value = forward_for_backward(run, fusion, a.whole, options)[0];
+  if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
+  if (leaves.empty()) no_leaves();
+  mark_backward(run, {value});
+  const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, counts.counts) : LossReduction{};
+  std::vector<GradStart> starts;  // read once (a zero .grad is found by reading it whole)
+  starts.reserve(leaves.size());
+  if (run.commit)
+    for (const at::Tensor& leaf : leaves) starts.push_back(GradientTarget::start_of(run, leaf));
+  const bool none_held = std::find(starts.begin(), starts.end(), GradStart::Held) == starts.end();
+  if (run.commit && none_held) {
+    // Absent or zero .grad (the usual training loop): autograd adds into them as it goes,
+    // as it does for a chunk, and a failure puts them back. (Capturing every gradient
+    // first, as below, costs the engine a pass over the graph to find the leaves' edges,
+    // and an addition per leaf after it.)
+    c10::NoGradGuard outside;
+    GradientTarget target(run, root->meta.device, fusion);
+    target.backward({value}, {}, leaves, retain, &starts);
+    stats.end_chunk();
+    stats.prepare();
+    target.finish(0, reduction);
+    stats.commit();
+  } else {
+    // A .grad that holds earlier gradients: this run's are computed whole, then added,
+    // so that a failure leaves the .grad untouched without a snapshot of it.
+    const Tensors grads = gradients({value}, {}, leaves, retain);
+    stats.end_chunk();
+    stats.prepare();
+    commit_whole(run, leaves, grads, reduction);
+    stats.commit();
+  }
+  report_whole(run, "backward");
+}
+
+// A split backward whose loss is computed from the boundaries (not one itself): the tail after
+// them runs once on their combined values; its gradients reach the boundaries (`upstream`, d
+// loss / d boundary) and the leaves it uses directly (added into `target`). `totals`: what each
+// mean boundary averaged over in the whole batch.
+void backward_tail(const NodePtr& root, const Analysis& a, const ChunkRun& run, bool retain, GradientTarget& target,
+                   Tensors& upstream, std::vector<double>& totals) {
+  const size_t n = a.boundaries.size();
+  // Its statistics are put back: the loop below computes them again.
+  ChunkStats combining(stats_handling(a, run), a.nodes());
+  const Tensors combined = combine_boundaries(a, run, &totals, combining);
+  std::unordered_map<const Node*, at::Tensor> given;
+  Tensors stand_ins;
+  for (size_t k = 0; k < n; ++k) {
+    at::Tensor v = combined[k].detach();
+    if (at::isFloatingType(v.scalar_type())) v.requires_grad_(true);
+    stand_ins.push_back(v);
+    given.emplace(a.boundaries[k], v);
+  }
+  EvalOptions tail = options_for(run);
+  tail.grad = true;
+  tail.given = &given;
+  mark_phase(run, Phase::Forward);
+  at::Tensor value = evaluate(root, tail);
+  if (!value.requires_grad()) no_leaves();
+  const Tensors leaves = autograd_leaves({value});
+  mark_backward(run, {value});
+  const Tensors grads = gradients({value}, {}, leaves, retain);
+  Tensors params, param_grads;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    bool is_stand_in = false;
+    for (size_t k = 0; k < n; ++k)
+      if (leaves[i].unsafeGetTensorImpl() == stand_ins[k].unsafeGetTensorImpl()) {
+        upstream[k] = grads[i];
+        is_stand_in = true;
+      }
+    if (!is_stand_in) {
+      params.push_back(leaves[i]);
+      param_grads.push_back(grads[i]);
+    }
+  }
+  target.add(params, param_grads);
+}
+
+// The gradient a chunk's boundary `values` are given: the loss's (`upstream`, or 1 where the
+// boundary is the loss) times their weight; those that contribute nothing are dropped from
+// `values`. Adds what each mean averaged over in the chunk to `weights_total`.
+Tensors chunk_grad_outputs(const Analysis& a, const ChunkCounts& counts, const std::vector<double>& totals,
+                           const Tensors& upstream, std::vector<double>& weights_total, Tensors& values) {
+  const size_t n = a.boundaries.size();
+  Tensors grad_outputs(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Node& b = *a.boundaries[k];
+    // Weight of this chunk's value in the combined one: 1 for a sum; for a mean its share
+    // of the elements averaged over (known up front, or applied at the end when the
+    // boundary is the loss itself).
+    double w = 1;
+    if (b.reduction == BatchReduction::Mean) {
+      w = counts.counts[k];
+      if (!a.root_is_boundary) w = totals[k] > 0 ? w / totals[k] : 0;
+      weights_total[k] += counts.counts[k];
+    }
+    if (w == 0 || (!a.root_is_boundary && !upstream[k].defined())) {
+      values[k] = at::Tensor();  // contributes nothing
+      continue;
+    }
+    grad_outputs[k] = a.root_is_boundary ? at::full_like(values[k], w) : upstream[k].mul(w);
+  }
+  return grad_outputs;
+}
+
+// The leaves are found again whenever a boundary contributes for the first time (one that
+// averaged over nothing in the chunks before may reach other leaves), so that the target notes
+// how each .grad stood before anything is added into it. `reached`: boundaries some chunk
+// backpropagated; new leaves are appended to `leaves`.
+void add_new_leaves(const Tensors& values, std::vector<bool>& reached, Tensors& leaves) {
+  bool first_reach = false;
+  for (size_t k = 0; k < reached.size(); ++k)
+    if (values[k].defined() && !reached[k]) reached[k] = first_reach = true;
+  if (first_reach) {  // added to those found before (a probe computes gradients for these alone)
+    std::unordered_set<const c10::TensorImpl*> known;
+    for (const at::Tensor& leaf : leaves) known.insert(leaf.unsafeGetTensorImpl());
+    for (const at::Tensor& leaf : autograd_leaves(values))
+      if (known.insert(leaf.unsafeGetTensorImpl()).second) leaves.push_back(leaf);
+  }
+}
+
+// The end of a split backward, once every chunk ran: fails when chunks contributed but reached
+// no leaf; else commits the gradients and statistics (not when rolled back: `target` then puts
+// every .grad back as it is destroyed).
+void finish_chunks(const Analysis& a, const ChunkRun& run, GradientTarget& target, ChunkStats& stats,
+                   const std::vector<double>& weights_total, const std::vector<bool>& reached) {
+  const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, weights_total) : LossReduction{};
+  if (!target.any_leaves()) {
+    if (std::find(reached.begin(), reached.end(), true) != reached.end()) no_leaves();  // some chunk contributed
+    // Every chunk averaged over nothing (e.g. all targets ignored): nothing to add.
+    if (shows_gradients(run)) run.before_commit({}, {}, reduction);
+    return;
+  }
+  if (run.rolled_back) return;  // the target puts every .grad back as it was
+  const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
+  stats.prepare();
+  target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0, reduction);
+  stats.commit();
 }
 }  // namespace
 
@@ -392,50 +551,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   // backward runs outside a GradFusion::Backward and nothing is fused.
   const GradFusion fusion(run.commit || run.rolled_back, a.splits(run.chunk), a.linear_layers > 1);
   if (!a.splits(run.chunk)) {
-    ChunkStats stats(stats_handling(a, run), a.nodes());
-    EvalOptions options = options_for(run);
-    options.grad = true;
-    ChunkCounts counts(a.boundaries);
-    if (shows_gradients(run)) counts.observe(options, run);
-    Tensors leaves;
-    options.reached_leaves = &leaves;
-    at::Tensor value;
-    {
-      const GradFusion::Forward fusing(fusion);
-      const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
-      value = evaluate(forward_schedule(run, a.whole), options)[0];
-    }
-    if (!value.requires_grad()) leaves.clear();  // what autograd reaches from it: nothing
-    if (leaves.empty()) no_leaves();
-    mark_backward(run, {value});
-    const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, counts.counts) : LossReduction{};
-    std::vector<GradStart> starts;  // read once (a zero .grad is found by reading it whole)
-    starts.reserve(leaves.size());
-    if (run.commit)
-      for (const at::Tensor& leaf : leaves) starts.push_back(GradientTarget::start_of(run, leaf));
-    const bool none_held = std::find(starts.begin(), starts.end(), GradStart::Held) == starts.end();
-    if (run.commit && none_held) {
-      // Absent or zero .grad (the usual training loop): autograd adds into them as it goes,
-      // as it does for a chunk, and a failure puts them back. (Capturing every gradient
-      // first, as below, costs the engine a pass over the graph to find the leaves' edges,
-      // and an addition per leaf after it.)
-      c10::NoGradGuard outside;
-      GradientTarget target(run, root->meta.device, fusion);
-      target.backward({value}, {}, leaves, retain, &starts);
-      stats.end_chunk();
-      stats.prepare();
-      target.finish(0, reduction);
-      stats.commit();
-    } else {
-      // A .grad that holds earlier gradients: this run's are computed whole, then added,
-      // so that a failure leaves the .grad untouched without a snapshot of it.
-      const Tensors grads = gradients({value}, {}, leaves, retain);
-      stats.end_chunk();
-      stats.prepare();
-      commit_whole(run, leaves, grads, reduction);
-      stats.commit();
-    }
-    report_whole(run, "backward");
+    backward_whole(root, a, run, fusion, retain);
     return;
   }
   c10::NoGradGuard outside;  // the additions below are not part of any graph
@@ -444,42 +560,7 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
   Tensors upstream(n);
   std::vector<double> totals(n, 0);
   GradientTarget target(run, root->meta.device, fusion);
-  if (!a.root_is_boundary) {
-    // Its statistics are put back: the loop below computes them again.
-    ChunkStats combining(stats_handling(a, run), a.nodes());
-    const Tensors combined = combine_boundaries(a, run, &totals, combining);
-    std::unordered_map<const Node*, at::Tensor> given;
-    Tensors stand_ins;
-    for (size_t k = 0; k < n; ++k) {
-      at::Tensor v = combined[k].detach();
-      if (at::isFloatingType(v.scalar_type())) v.requires_grad_(true);
-      stand_ins.push_back(v);
-      given.emplace(a.boundaries[k], v);
-    }
-    EvalOptions tail = options_for(run);
-    tail.grad = true;
-    tail.given = &given;
-    mark_phase(run, Phase::Forward);
-    at::Tensor value = evaluate(root, tail);
-    if (!value.requires_grad()) no_leaves();
-    const Tensors leaves = autograd_leaves({value});
-    mark_backward(run, {value});
-    const Tensors grads = gradients({value}, {}, leaves, retain);
-    Tensors params, param_grads;
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      bool is_stand_in = false;
-      for (size_t k = 0; k < n; ++k)
-        if (leaves[i].unsafeGetTensorImpl() == stand_ins[k].unsafeGetTensorImpl()) {
-          upstream[k] = grads[i];
-          is_stand_in = true;
-        }
-      if (!is_stand_in) {
-        params.push_back(leaves[i]);
-        param_grads.push_back(grads[i]);
-      }
-    }
-    target.add(params, param_grads);
-  }
+  if (!a.root_is_boundary) backward_tail(root, a, run, retain, target, upstream, totals);
 
   ChunkCounts counts(a.boundaries);
   EvalOptions options = options_for(run);
@@ -493,57 +574,13 @@ void backward_chunks(const NodePtr& root, const Analysis& a, const ChunkRun& run
     options.chunk_start = start;
     options.chunk_length = length;
     counts.start_chunk(length, run);
-    Tensors values;
-    {
-      const GradFusion::Forward fusing(fusion);
-      const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
-      values = evaluate(forward_schedule(run, a.at_boundaries()), options);
-    }
-    Tensors grad_outputs(n);
-    for (size_t k = 0; k < n; ++k) {
-      const Node& b = *a.boundaries[k];
-      // Weight of this chunk's value in the combined one: 1 for a sum; for a mean its share
-      // of the elements averaged over (known up front, or applied at the end when the
-      // boundary is the loss itself).
-      double w = 1;
-      if (b.reduction == BatchReduction::Mean) {
-        w = counts.counts[k];
-        if (!a.root_is_boundary) w = totals[k] > 0 ? w / totals[k] : 0;
-        weights_total[k] += counts.counts[k];
-      }
-      if (w == 0 || (!a.root_is_boundary && !upstream[k].defined())) {
-        values[k] = at::Tensor();  // contributes nothing
-        continue;
-      }
-      grad_outputs[k] = a.root_is_boundary ? at::full_like(values[k], w) : upstream[k].mul(w);
-    }
-    // The leaves are found again whenever a boundary contributes for the first time (one
-    // that averaged over nothing in the chunks before may reach other leaves), so that the
-    // target notes how each .grad stood before anything is added into it.
-    bool first_reach = false;
-    for (size_t k = 0; k < n; ++k)
-      if (values[k].defined() && !reached[k]) reached[k] = first_reach = true;
-    if (first_reach) {  // added to those found before (a probe computes gradients for these alone)
-      std::unordered_set<const c10::TensorImpl*> known;
-      for (const at::Tensor& leaf : leaves) known.insert(leaf.unsafeGetTensorImpl());
-      for (const at::Tensor& leaf : autograd_leaves(values))
-        if (known.insert(leaf.unsafeGetTensorImpl()).second) leaves.push_back(leaf);
-    }
+    Tensors values = forward_for_backward(run, fusion, a.at_boundaries(), options);
+    const Tensors grad_outputs = chunk_grad_outputs(a, counts, totals, upstream, weights_total, values);
+    add_new_leaves(values, reached, leaves);
     mark_backward(run, values);
     target.backward(values, grad_outputs, leaves, retain);
   });
-  const LossReduction reduction = shows_gradients(run) ? loss_reduction(a, weights_total) : LossReduction{};
-  if (!target.any_leaves()) {
-    if (std::find(reached.begin(), reached.end(), true) != reached.end()) no_leaves();  // some chunk contributed
-    // Every chunk averaged over nothing (e.g. all targets ignored): nothing to add.
-    if (shows_gradients(run)) run.before_commit({}, {}, reduction);
-    return;
-  }
-  if (run.rolled_back) return;  // the target puts every .grad back as it was
-  const bool mean = a.root_is_boundary && a.boundaries[0]->reduction == BatchReduction::Mean;
-  stats.prepare();
-  target.finish(mean && weights_total[0] > 0 ? weights_total[0] : 0, reduction);
-  stats.commit();
+  finish_chunks(a, run, target, stats, weights_total, reached);
 }
 
 }  // namespace koila
