@@ -8,13 +8,14 @@
 #include "graph/graph.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
+#include "memory/placed_device.h"
 #include "plan/planner.h"
 
 using namespace koila;
 
 namespace {
 
-c10::Device device_arg(const char* device) { return canonical_device(parse_device(device)); }
+PlacedDevice device_arg(const char* device) { return PlacedDevice(parse_device(device)); }
 
 }  // namespace
 

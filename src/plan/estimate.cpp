@@ -203,9 +203,10 @@ void run_followed(const NodePtr& root, const Analysis& a, RunMode mode, ChunkRun
 // `ops`: its ops (OpPoints) are noted there (not with a watch).
 // `allocator_peak`: on CUDA, what the caching allocator must be allowed to reserve for the
 // simulated allocations (MetaAllocationScope::model_allocator).
-uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, bool commit,
-                  const SimulationWatch* watch = nullptr, std::vector<OpPoint>* ops = nullptr,
-                  uint64_t* allocator_peak = nullptr, const RecomputePlan* recompute = nullptr) {
+uint64_t simulate(const NodePtr& root, const PlacedDevice& device, const Analysis& a, RunMode mode, int64_t chunk,
+                  int64_t max_chunks, bool commit, const SimulationWatch* watch = nullptr,
+                  std::vector<OpPoint>* ops = nullptr, uint64_t* allocator_peak = nullptr,
+                  const RecomputePlan* recompute = nullptr) {
   if (simulation_fails.load()) throw std::runtime_error("simulation disabled for a test");
   simulation_count.fetch_add(1);
   const MetaLeaves leaves(a.nodes(), mode);
@@ -222,7 +223,6 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
   if (watch) run.observer = watch->observer;
   run.commit = commit;
   MetaAllocationScope scope;
-  const c10::Device device = canonical_device(root->meta.device);
   if (allocator_peak && device.is_cuda()) scope.model_allocator(allocator_expandable(device));
   const SimulatedDevice simulated(device);  // its kernels' paths (rnn_meta.h)
   if (watch) watch->start(scope, stand_ins);
@@ -259,10 +259,9 @@ uint64_t simulate(const NodePtr& root, const Analysis& a, RunMode mode, int64_t 
 // this thread's own (RunMemory::take_window).
 // `needed`: where the run itself (not the probe's copies) runs out of memory, what it needed
 // at least (what it held and asked for: the CPU's figure; on a device, more than it held).
-uint64_t probe(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk, int64_t max_chunks, uint64_t room,
-               uint64_t budget_bytes, bool like_a_chunk = false, std::vector<OpPoint>* ops = nullptr,
-               uint64_t* needed = nullptr) {
-  const c10::Device device = canonical_device(root->meta.device);
+uint64_t probe(const NodePtr& root, const PlacedDevice& device, const Analysis& a, RunMode mode, int64_t chunk,
+               int64_t max_chunks, uint64_t room, uint64_t budget_bytes, bool like_a_chunk = false,
+               std::vector<OpPoint>* ops = nullptr, uint64_t* needed = nullptr) {
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
   // state and of the random generator's (5 KiB on the CPU) included; only what the run
@@ -391,7 +390,8 @@ Estimator::Estimator(const NodePtr& root, const Analysis& a, RunMode mode)
       a_(a),
       mode_(mode),
       record_(graph_record(root, a, mode, &grad_starts_)),
-      budget_(budget(canonical_device(root->meta.device))) {}
+      device_(root->meta.device),
+      budget_(budget(device_)) {}
 
 int64_t Estimator::normalized(int64_t chunk) const { return a_.splits(chunk) ? chunk : -1; }
 
@@ -406,8 +406,8 @@ const Simulated* Estimator::simulated(int64_t chunk, int64_t max_chunks, bool as
       Simulated sim;
       // Ops followed on the CPU only: a device's probes cannot be (probe()), so their
       // simulations' ops would be recorded for nothing.
-      const bool follow = ops_followed.load() && canonical_device(root_->meta.device).is_cpu();
-      sim.peak = simulate(root_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, follow ? &sim.ops : nullptr,
+      const bool follow = ops_followed.load() && device_.is_cpu();
+      sim.peak = simulate(root_, device_, a_, mode_, chunk, max_chunks, !as_probe, nullptr, follow ? &sim.ops : nullptr,
                           &sim.allocator_peak);
       found = r.simulated.emplace(key, std::move(sim)).first;
     } catch (...) {
@@ -432,8 +432,8 @@ Estimator::Probed Estimator::probe_against_simulation(int64_t samples, int64_t* 
   try {
     std::vector<OpPoint> ops;
     const bool follow = by_op && !sim->ops.empty();  // (nothing to compare with otherwise)
-    const uint64_t real =
-        probe(root_, a_, mode_, samples, chunks, room_, budget_, like_a_chunk, follow ? &ops : nullptr, &needed);
+    const uint64_t real = probe(root_, device_, a_, mode_, samples, chunks, room_, budget_, like_a_chunk,
+                                follow ? &ops : nullptr, &needed);
     *difference = static_cast<int64_t>(real) - static_cast<int64_t>(sim->peak);
     if (by_op) *by_op = extra_by_op(ops, sim->ops);
     return Probed::Measured;
@@ -508,7 +508,7 @@ void Estimator::fit() {
   for (int64_t samples = 1; samples == 1 || samples <= a_.batch / 4; samples *= 2) {
     if (!a_.splits(samples)) break;
     try {
-      r.probes[samples] = probe(root_, a_, mode_, samples, 2, room_, budget_);
+      r.probes[samples] = probe(root_, device_, a_, mode_, samples, 2, room_, budget_);
     } catch (...) {
       const std::exception_ptr e = std::current_exception();
       r.probe_failure = reason(e);
@@ -675,7 +675,7 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
   if (found == r.recomputed.end()) {
     Simulated recomputed;
     try {
-      recomputed.peak = simulate(root_, a_, mode_, chunk, kSimulatedChunks, /*commit=*/true, nullptr, nullptr,
+      recomputed.peak = simulate(root_, device_, a_, mode_, chunk, kSimulatedChunks, /*commit=*/true, nullptr, nullptr,
                                  &recomputed.allocator_peak, &plan);
     } catch (...) {
       return std::nullopt;
@@ -708,7 +708,7 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
   bytes = static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * estimate_scale.load()));
   const auto seen = r.observed_recomputed.find(key);
   if (seen != r.observed_recomputed.end()) bytes = std::max(bytes, seen->second);
-  if (allocator) *allocator = canonical_device(root_->meta.device).is_cuda() ? allocator_beyond(run) : 0;
+  if (allocator) *allocator = device_.is_cuda() ? allocator_beyond(run) : 0;
   return bytes;
 }
 
@@ -739,7 +739,7 @@ std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64
         values.emplace_back(position.at(&node), value.storage().getWeakStorageImpl());
     };
     MetaAllocationScope scope;  // (meta: nothing is allocated)
-    const SimulatedDevice simulated(canonical_device(root_->meta.device));
+    const SimulatedDevice simulated(device_);
     c10::AutoGradMode on(true);
     const Tensors roots = evaluate(schedule, options);
     std::unordered_set<const c10::StorageImpl*> counted;  // (a leaf's, and a root's, are not the forward's to free)
@@ -768,7 +768,7 @@ void Estimator::record_recomputed_run(const RecomputePlan& plan, uint64_t bytes)
 }
 
 uint64_t Estimator::allocator_overhead(int64_t chunk) {
-  const c10::Device device = canonical_device(root_->meta.device);
+  const c10::Device device = device_;
   if (!device.is_cuda()) return 0;
   chunk = normalized(chunk);
   std::lock_guard<std::mutex> lock(record_->mutex);
@@ -778,10 +778,10 @@ uint64_t Estimator::allocator_overhead(int64_t chunk) {
   return allocator_beyond(*sim);
 }
 
-uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
-                          const SimulationWatch& watch, const RecomputePlan* recompute) {
-  return simulate(root, a, mode, a.splits(chunk) ? chunk : -1, kSimulatedChunks, /*commit=*/true, &watch, nullptr,
-                  nullptr, recompute);
+uint64_t simulate_watched(const NodePtr& root, const PlacedDevice& device, const Analysis& a, RunMode mode,
+                          int64_t chunk, const SimulationWatch& watch, const RecomputePlan* recompute) {
+  return simulate(root, device, a, mode, a.splits(chunk) ? chunk : -1, kSimulatedChunks, /*commit=*/true, &watch,
+                  nullptr, nullptr, recompute);
 }
 
 std::string Estimator::simulation_failure() {

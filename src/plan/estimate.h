@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "memory/meta_counter.h"
+#include "memory/placed_device.h"
 #include "plan/memo.h"
 #include "run/analysis.h"
 #include "run/observer.h"
@@ -150,7 +151,8 @@ class Estimator {
   GradStarts grad_starts_;  // before record_, which reads them
   std::shared_ptr<GraphRecord> record_;
   uint64_t room_ = UINT64_MAX;
-  uint64_t budget_;  // the plan's budget (set_room); until then, the device's when the estimator was made
+  PlacedDevice device_;  // the graph's, made canonical once
+  uint64_t budget_;      // the plan's budget (set_room); until then, the device's when the estimator was made
   std::map<int64_t, uint64_t> needed_at_least_;  // samples -> what a probe's run needed, out of room
   BatchStats batch_stats_ = BatchStats::Exact;
 };
@@ -164,8 +166,8 @@ struct SimulationWatch {
   std::function<void(MetaAllocationScope&)> end;
   RunObserver* observer = nullptr;  // carried by the simulation's chunk strategy (chunked_run.h)
 };
-uint64_t simulate_watched(const NodePtr& root, const Analysis& a, RunMode mode, int64_t chunk,
-                          const SimulationWatch& watch, const RecomputePlan* recompute = nullptr);
+uint64_t simulate_watched(const NodePtr& root, const PlacedDevice& device, const Analysis& a, RunMode mode,
+                          int64_t chunk, const SimulationWatch& watch, const RecomputePlan* recompute = nullptr);
 
 namespace testing {
 // Multiplies every simulated, calibrated, measured or coarse figure, not what runs observed

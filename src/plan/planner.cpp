@@ -73,7 +73,7 @@ Plan device_plan(const NodePtr& root, RunMode mode) {
   Plan p;
   p.mode = mode;
   p.root = root;
-  p.device = canonical_device(root->meta.device);
+  p.device = PlacedDevice(root->meta.device);
   prepare_device(p.device);  // before what is in use is read: cuBLAS's workspace is not the run's
   p.in_use_bytes = memory_stats(p.device).current;
   p.reserved_by_others_bytes = outstanding_reservations(p.device);
@@ -397,7 +397,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
   check_not_in_progress_callback();
   const Analysis& a = analysis_of(root, mode);
   Estimator estimator(root, a, mode);
-  const c10::Device device = canonical_device(root->meta.device);
+  const PlacedDevice device(root->meta.device);
   for (;;) {
     std::unique_lock<std::mutex> planning(plan_and_reserve);
     const uint64_t ended = runs_ended(device);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "memory/placed_device.h"
 #include "run/analysis.h"
 #include "run/chunked_run.h"
 
@@ -25,9 +26,9 @@ namespace koila {
 
 struct Plan {
   RunMode mode = RunMode::Forward;
-  c10::Device device = c10::Device(c10::kCPU);
-  int64_t batch = -1;  // batch size, -1: no lazy batch
-  int64_t chunk = -1;  // samples per chunk (the batch when it runs unsplit)
+  PlacedDevice device;  // canonical: "cuda" is "cuda:N"
+  int64_t batch = -1;   // batch size, -1: no lazy batch
+  int64_t chunk = -1;   // samples per chunk (the batch when it runs unsplit)
   int64_t chunks = 1;
   std::string coupled;                         // non-empty: why the batch cannot be split (names the op)
   BatchStats batch_stats = BatchStats::Exact;  // the policy in force when planned

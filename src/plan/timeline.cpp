@@ -122,7 +122,8 @@ Timeline record_timeline(const Plan& plan, bool unsplit) {
   try {
     OpRecording recording(r);
     // The planned run's recomputation (none for the unsplit run's timeline, which is without it).
-    simulate_watched(plan.root, a, plan.mode, split ? plan.chunk : -1, watch, unsplit ? nullptr : plan.recompute.get());
+    simulate_watched(plan.root, plan.device, a, plan.mode, split ? plan.chunk : -1, watch,
+                     unsplit ? nullptr : plan.recompute.get());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
