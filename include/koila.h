@@ -549,6 +549,7 @@ KOILA_API koila_status *koila_relu(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_gelu(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_silu(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_erf(koila_tensor **out, const koila_tensor *x);
+KOILA_API koila_status *koila_hardswish(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_leaky_relu(koila_tensor **out, const koila_tensor *x, double slope);
 /* lo <= hi is not required (as in PyTorch, values end up at hi when lo > hi). */
 KOILA_API koila_status *koila_clamp(koila_tensor **out, const koila_tensor *x, double lo, double hi);

@@ -30,21 +30,22 @@
   X(div_scalar, at::div(x, s)) \
   X(pow_scalar, at::pow(x, s))
 
-#define KOILA_UNARY_OPS(X)          \
-  X(neg, at::neg(x), false)         \
-  X(abs, at::abs(x), false)         \
-  X(exp, at::exp(x), false)         \
-  X(log, at::log(x), true)          \
-  X(sqrt, at::sqrt(x), true)        \
-  X(rsqrt, at::rsqrt(x), true)      \
-  X(sin, at::sin(x), false)         \
-  X(cos, at::cos(x), false)         \
-  X(tanh, at::tanh(x), false)       \
-  X(sigmoid, at::sigmoid(x), false) \
-  X(relu, at::relu(x), false)       \
-  X(gelu, at::gelu(x), false)       \
-  X(silu, at::silu(x), false)       \
-  X(erf, at::erf(x), false)
+#define KOILA_UNARY_OPS(X)              \
+  X(neg, at::neg(x), false)             \
+  X(abs, at::abs(x), false)             \
+  X(exp, at::exp(x), false)             \
+  X(log, at::log(x), true)              \
+  X(sqrt, at::sqrt(x), true)            \
+  X(rsqrt, at::rsqrt(x), true)          \
+  X(sin, at::sin(x), false)             \
+  X(cos, at::cos(x), false)             \
+  X(tanh, at::tanh(x), false)           \
+  X(sigmoid, at::sigmoid(x), false)     \
+  X(relu, at::relu(x), false)           \
+  X(gelu, at::gelu(x), false)           \
+  X(silu, at::silu(x), false)           \
+  X(erf, at::erf(x), false)             \
+  X(hardswish, at::hardswish(x), false)
 
 #define KOILA_SMOOTH_UNARY_OPS(X) \
   X(neg)                          \
@@ -94,7 +95,8 @@
   X(relu)                       \
   X(gelu)                       \
   X(silu)                       \
-  X(erf)
+  X(erf)                        \
+  X(hardswish)
 
 #define KOILA_FUZZ_WITH_DIM_OPS(X) \
   X(softmax)                       \

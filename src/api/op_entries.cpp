@@ -251,6 +251,13 @@ KOILA_API koila_status* koila_erf(koila_tensor** out, const koila_tensor* x) {
   });
 }
 
+KOILA_API koila_status* koila_hardswish(koila_tensor** out, const koila_tensor* x) {
+  return op_entry(__func__, out, [&](const char* name) {
+    const NodePtr& x_ = node_of(x, "x");
+    return ops::hardswish(name, x_);
+  });
+}
+
 KOILA_API koila_status* koila_leaky_relu(koila_tensor** out, const koila_tensor* x, double slope) {
   return op_entry(__func__, out, [&](const char* name) {
     const NodePtr& x_ = node_of(x, "x");

@@ -50,6 +50,7 @@ NodePtr relu(const char* name, const NodePtr& x);
 NodePtr gelu(const char* name, const NodePtr& x);
 NodePtr silu(const char* name, const NodePtr& x);
 NodePtr erf(const char* name, const NodePtr& x);
+NodePtr hardswish(const char* name, const NodePtr& x);
 NodePtr leaky_relu(const char* name, const NodePtr& x, double slope);
 NodePtr clamp(const char* name, const NodePtr& x, double lo, double hi);
 NodePtr softmax(const char* name, const NodePtr& x, int64_t dim);

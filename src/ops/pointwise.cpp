@@ -129,6 +129,7 @@ KOILA_UNARY_OP(relu, at::relu(t), false)
 KOILA_UNARY_OP(gelu, gelu_with_contiguous_grad(t), true)
 KOILA_UNARY_OP(silu, at::silu(t), true)
 KOILA_UNARY_OP(erf, at::erf(t), false)
+KOILA_UNARY_OP(hardswish, at::hardswish(t), true)
 
 NodePtr leaky_relu(const char* name, const NodePtr& input, double slope) {
   require_floating(input, "x");

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: a5949eca17c63e2597a0d567137f548f3c011abb6881e729dbdeca6945089d6e
+# Header sha256: 44a73b202e53c097f2924c06c3ea4c351a6acc0e14ad87ece9148b8dd64578e2
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -293,6 +293,7 @@ const _fptr_koila_relu = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_gelu = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_silu = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_erf = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_hardswish = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_leaky_relu = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_clamp = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_softmax = Ref{Ptr{Cvoid}}(C_NULL)
@@ -452,6 +453,7 @@ const _FUNCTIONS = (
     (:koila_gelu, _fptr_koila_gelu),
     (:koila_silu, _fptr_koila_silu),
     (:koila_erf, _fptr_koila_erf),
+    (:koila_hardswish, _fptr_koila_hardswish),
     (:koila_leaky_relu, _fptr_koila_leaky_relu),
     (:koila_clamp, _fptr_koila_clamp),
     (:koila_softmax, _fptr_koila_softmax),
@@ -1545,6 +1547,17 @@ C: `koila_status *koila_erf(koila_tensor **out, const koila_tensor *x);`
 function koila_erf(out, x)
     fptr = _fptr_koila_erf[]
     fptr == C_NULL && _not_loaded(:koila_erf)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{koila_tensor}), out, x)
+end
+
+"""
+    koila_hardswish(out, x) -> Ptr{koila_status}
+
+C: `koila_status *koila_hardswish(koila_tensor **out, const koila_tensor *x);`
+"""
+function koila_hardswish(out, x)
+    fptr = _fptr_koila_hardswish[]
+    fptr == C_NULL && _not_loaded(:koila_hardswish)
     ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{koila_tensor}), out, x)
 end
 

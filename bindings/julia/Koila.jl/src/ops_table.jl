@@ -103,6 +103,13 @@ The error function, elementwise (integer inputs give a floating result).
 erf(x::Tensor) = _new(LibKoila.koila_erf, x)
 
 """
+    hardswish(x)
+
+Hardswish (`x * relu6(x + 3) / 6`), elementwise; x must be floating.
+"""
+hardswish(x::Tensor) = _new(LibKoila.koila_hardswish, x)
+
+"""
     leaky_relu(x, slope = 0.01)
 
 `max(x, 0) + slope * min(x, 0)`, elementwise.
@@ -185,5 +192,5 @@ The entries of `dim` picked by the 1-D integer tensor `index` (0-based values). 
 index_select(x::Tensor, dim::Integer, index::Tensor) =
     _new(LibKoila.koila_index_select, x, _cdim(dim), index)
 
-export rsqrt, sigmoid, relu, gelu, silu, erf, leaky_relu, softmax, log_softmax, matmul, linear,
-       embedding, squeeze, unsqueeze, index_select
+export rsqrt, sigmoid, relu, gelu, silu, erf, hardswish, leaky_relu, softmax, log_softmax, matmul,
+       linear, embedding, squeeze, unsqueeze, index_select

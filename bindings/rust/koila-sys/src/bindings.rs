@@ -764,6 +764,12 @@ extern "C" {
     pub fn koila_erf(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
+    pub fn koila_hardswish(
+        out: *mut *mut koila_tensor,
+        x: *const koila_tensor,
+    ) -> *mut koila_status;
+}
+extern "C" {
     pub fn koila_leaky_relu(
         out: *mut *mut koila_tensor,
         x: *const koila_tensor,

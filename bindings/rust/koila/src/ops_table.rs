@@ -167,6 +167,11 @@ impl Tensor {
         make(|out| unsafe { sys::koila_erf(out, self.as_ptr()) })
     }
 
+    /// Hardswish (`x * relu6(x + 3) / 6`), elementwise; x must be floating.
+    pub fn hardswish(&self) -> Result<Tensor> {
+        make(|out| unsafe { sys::koila_hardswish(out, self.as_ptr()) })
+    }
+
     /// `max(x, 0) + slope * min(x, 0)`, elementwise.
     pub fn leaky_relu(&self, slope: f64) -> Result<Tensor> {
         make(|out| unsafe { sys::koila_leaky_relu(out, self.as_ptr(), slope) })

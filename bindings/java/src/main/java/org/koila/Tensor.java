@@ -1127,6 +1127,11 @@ public final class Tensor extends NativeHandle {
     return produce(out -> KoilaNative.koila_erf(out, address()), this);
   }
 
+  /** Hardswish ({@code x * relu6(x + 3) / 6}), elementwise; x must be floating. */
+  public Tensor hardswish() {
+    return produce(out -> KoilaNative.koila_hardswish(out, address()), this);
+  }
+
   /** {@code max(x, 0) + slope * min(x, 0)}, elementwise. */
   public Tensor leakyRelu(double slope) {
     return produce(out -> KoilaNative.koila_leaky_relu(out, address(), slope), this);
