@@ -96,8 +96,8 @@ class Op:
         return self.bind.get(arg.name, arg.name)
 
 
-def load(root):
-    with open(root / TABLE, "rb") as f:
+def load(root, table_path=None):
+    with open(table_path or root / TABLE, "rb") as f:
         table = tomllib.load(f)
     groups = {g["id"]: g for g in table["group"]}
     ops = [Op(d, groups) for d in table["op"]]
@@ -547,8 +547,8 @@ def julia(groups, ops):
 
 # ---------------------------------------------------------------------------------------
 
-def outputs(root):
-    groups, ops = load(root)
+def outputs(root, table_path=None):
+    groups, ops = load(root, table_path)
     whole = {
         "src/api/op_entries.cpp": op_entries(groups, ops),
         "src/ops/ops.h": ops_h(groups, ops),
@@ -571,11 +571,14 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a generated file is stale")
     p.add_argument("--root", type=pathlib.Path, default=ROOT, help="the repository (default: this script's)")
+    p.add_argument("--table", type=pathlib.Path, help=f"read this table instead of {TABLE} (with --check)")
     args = p.parse_args(argv)
+    if args.table and not args.check:
+        p.error("--table writes nothing: use it with --check")
     try:
-        files = outputs(args.root)
-    except (TableError, tomllib.TOMLDecodeError, KeyError) as e:
-        print(f"gen_ops: {TABLE}: {e}", file=sys.stderr)
+        files = outputs(args.root, args.table)
+    except (TableError, tomllib.TOMLDecodeError, KeyError, OSError) as e:
+        print(f"gen_ops: {args.table or TABLE}: {e}", file=sys.stderr)
         return 2
     stale = [path for path, text in files.items()
              if not (args.root / path).exists() or (args.root / path).read_text() != text]

@@ -192,5 +192,5 @@ The entries of `dim` picked by the 1-D integer tensor `index` (0-based values). 
 index_select(x::Tensor, dim::Integer, index::Tensor) =
     _new(LibKoila.koila_index_select, x, _cdim(dim), index)
 
-export rsqrt, sigmoid, relu, gelu, silu, erf, hardswish, leaky_relu, softmax, log_softmax, matmul,
+export rsqrt, sigmoid, relu, gelu, silu, hardswish, leaky_relu, softmax, log_softmax, matmul,
        linear, embedding, squeeze, unsqueeze, index_select
