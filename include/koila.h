@@ -534,7 +534,7 @@ KOILA_API koila_status *koila_mul_scalar(koila_tensor **out, const koila_tensor 
 KOILA_API koila_status *koila_div_scalar(koila_tensor **out, const koila_tensor *a, double s);
 KOILA_API koila_status *koila_pow_scalar(koila_tensor **out, const koila_tensor *a, double s);
 
-/* Unary. */
+/* Unary. gelu, silu and hardswish need a floating x (KOILA_ERROR_DTYPE otherwise). */
 KOILA_API koila_status *koila_neg(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_abs(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_exp(koila_tensor **out, const koila_tensor *x);
@@ -548,7 +548,9 @@ KOILA_API koila_status *koila_sigmoid(koila_tensor **out, const koila_tensor *x)
 KOILA_API koila_status *koila_relu(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_gelu(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_silu(koila_tensor **out, const koila_tensor *x);
+/* The error function; integer inputs give a floating result. */
 KOILA_API koila_status *koila_erf(koila_tensor **out, const koila_tensor *x);
+/* x * relu6(x + 3) / 6. */
 KOILA_API koila_status *koila_hardswish(koila_tensor **out, const koila_tensor *x);
 KOILA_API koila_status *koila_leaky_relu(koila_tensor **out, const koila_tensor *x, double slope);
 /* lo <= hi is not required (as in PyTorch, values end up at hi when lo > hi). */

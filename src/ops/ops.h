@@ -35,7 +35,7 @@ NodePtr mul_scalar(const char* name, const NodePtr& a, double s);
 NodePtr div_scalar(const char* name, const NodePtr& a, double s);
 NodePtr pow_scalar(const char* name, const NodePtr& a, double s);
 
-// Unary. (ops/pointwise.cpp)
+// Unary. gelu, silu and hardswish need a floating x (KOILA_ERROR_DTYPE otherwise). (ops/pointwise.cpp)
 NodePtr neg(const char* name, const NodePtr& x);
 NodePtr abs(const char* name, const NodePtr& x);
 NodePtr exp(const char* name, const NodePtr& x);

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: 44a73b202e53c097f2924c06c3ea4c351a6acc0e14ad87ece9148b8dd64578e2
+# Header sha256: fbefe8961ee0c2cea59281b332b679324491cd856f09d2fb7c58c3432323f5ef
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -1399,7 +1399,7 @@ end
 
 C: `koila_status *koila_neg(koila_tensor **out, const koila_tensor *x);`
 
-Unary.
+Unary. gelu, silu and hardswish need a floating x (KOILA_ERROR_DTYPE otherwise).
 """
 function koila_neg(out, x)
     fptr = _fptr_koila_neg[]
@@ -1543,6 +1543,8 @@ end
     koila_erf(out, x) -> Ptr{koila_status}
 
 C: `koila_status *koila_erf(koila_tensor **out, const koila_tensor *x);`
+
+The error function; integer inputs give a floating result.
 """
 function koila_erf(out, x)
     fptr = _fptr_koila_erf[]
@@ -1554,6 +1556,8 @@ end
     koila_hardswish(out, x) -> Ptr{koila_status}
 
 C: `koila_status *koila_hardswish(koila_tensor **out, const koila_tensor *x);`
+
+x * relu6(x + 3) / 6.
 """
 function koila_hardswish(out, x)
     fptr = _fptr_koila_hardswish[]

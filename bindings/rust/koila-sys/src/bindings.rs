@@ -721,7 +721,7 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Unary."]
+    #[doc = " Unary. gelu, silu and hardswish need a floating x (KOILA_ERROR_DTYPE otherwise)."]
     pub fn koila_neg(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
@@ -761,9 +761,11 @@ extern "C" {
     pub fn koila_silu(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
+    #[doc = " The error function; integer inputs give a floating result."]
     pub fn koila_erf(out: *mut *mut koila_tensor, x: *const koila_tensor) -> *mut koila_status;
 }
 extern "C" {
+    #[doc = " x * relu6(x + 3) / 6."]
     pub fn koila_hardswish(
         out: *mut *mut koila_tensor,
         x: *const koila_tensor,
