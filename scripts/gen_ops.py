@@ -168,15 +168,8 @@ def c_params(op):
 
 
 def comment(text, width=92):
-    words = text.split()
-    lines, line = [], "/*"
-    for w in words:
-        if len(line) + 1 + len(w) > width and line != "/*":
-            lines.append(line)
-            line = "   " + w
-        else:
-            line += " " + w
-    lines.append(line + " */")
+    lines = wrap(text.split(), "/* ", "   ", width, sep=" ")
+    lines[-1] += " */"
     return lines
 
 

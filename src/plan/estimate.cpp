@@ -768,8 +768,7 @@ void Estimator::record_recomputed_run(const RecomputePlan& plan, uint64_t bytes)
 }
 
 uint64_t Estimator::allocator_overhead(int64_t chunk) {
-  const c10::Device device = device_;
-  if (!device.is_cuda()) return 0;
+  if (!device_.is_cuda()) return 0;
   chunk = normalized(chunk);
   std::lock_guard<std::mutex> lock(record_->mutex);
   const Simulated* sim = simulated(chunk, kSimulatedChunks);

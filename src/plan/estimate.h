@@ -112,6 +112,9 @@ class Estimator {
   // How the leaves' .grad stood when the estimator was made (training), for the run.
   const GradStarts& grad_starts() const { return grad_starts_; }
 
+  // The graph's device, made canonical when the estimator was made: the plan's.
+  const PlacedDevice& device() const { return device_; }
+
   // Where the figures came from, for the plan's description.
   std::string source();
   // Non-empty when the simulation failed (why).

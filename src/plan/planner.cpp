@@ -66,14 +66,15 @@ bool fits(const Plan& p) { return fits(p, p.extra_bytes, p.allocator_bytes); }
 
 int64_t chunks_of(int64_t batch, int64_t chunk) { return (batch + chunk - 1) / chunk; }
 
-// What a plan records of the device before anything is estimated; a concrete value's plan
-// ends there (nothing to evaluate: a backward walks LibTorch's graph).
-Plan device_plan(const NodePtr& root, RunMode mode) {
+// What a plan records of the device (`device`: the root's, canonical) before anything is
+// estimated; a concrete value's plan ends there (nothing to evaluate: a backward walks
+// LibTorch's graph).
+Plan device_plan(const NodePtr& root, RunMode mode, const PlacedDevice& device) {
   if (mode == RunMode::Training) check_loss(root);
   Plan p;
   p.mode = mode;
   p.root = root;
-  p.device = PlacedDevice(root->meta.device);
+  p.device = device;
   prepare_device(p.device);  // before what is in use is read: cuBLAS's workspace is not the run's
   p.in_use_bytes = memory_stats(p.device).current;
   p.reserved_by_others_bytes = outstanding_reservations(p.device);
@@ -316,7 +317,7 @@ void choose_fastest_chunk(const Analysis& a, Estimator& estimator, Plan& p) {
 // (made once per planned run, however often it plans again). A plan that does not fit
 // fails (see make_plan).
 Plan plan_lazy(const NodePtr& root, RunMode mode, const Analysis& a, Estimator& estimator, bool with_source = true) {
-  Plan p = device_plan(root, mode);
+  Plan p = device_plan(root, mode, estimator.device());
   estimator.set_room(room_left(p), p.budget_bytes);
   p.batch = a.batch;
   p.batch_stats = batch_stats();
@@ -397,7 +398,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
   check_not_in_progress_callback();
   const Analysis& a = analysis_of(root, mode);
   Estimator estimator(root, a, mode);
-  const PlacedDevice device(root->meta.device);
+  const PlacedDevice& device = estimator.device();
   for (;;) {
     std::unique_lock<std::mutex> planning(plan_and_reserve);
     const uint64_t ended = runs_ended(device);
@@ -629,7 +630,7 @@ std::string Plan::describe() const {
 
 Plan make_plan(const NodePtr& root, RunMode mode) {
   check_not_in_progress_callback();
-  if (!root->lazy()) return device_plan(root, mode);
+  if (!root->lazy()) return device_plan(root, mode, PlacedDevice(root->meta.device));
   const Analysis& a = analysis_of(root, mode);
   Estimator estimator(root, a, mode);
   return plan_lazy(root, mode, a, estimator);
@@ -675,7 +676,7 @@ void run_backward(const NodePtr& loss, Plan* used, const BeforeCommit& before_co
     if (before_commit) hand_over(before_commit, leaves, grads, LossReduction{});
     commit_gradients(leaves, grads);
     report_progress("backward", 1, 1);  // one chunk, as an unsplit lazy backward
-    if (used) *used = device_plan(loss, RunMode::Training);
+    if (used) *used = device_plan(loss, RunMode::Training, PlacedDevice(loss->meta.device));
     return;
   }
   const Plan plan =
