@@ -248,3 +248,47 @@ TEST(ModuleMemo, AResultThatFollowsTheBatchSomeOtherWayIsInferredAtEveryCall) {
   // Batch 4 once (then remembered), batch 8 twice (never remembered).
   EXPECT_EQ(inferences() - start, 3u);
 }
+
+// The planner remembers estimates per structure of graph (plan/memo.h). Two modules of one
+// class name and one set of parameter shapes but other code (two files' `Net`, a model and its
+// next version) are two structures: the second is simulated, not estimated by the first's
+// figures. Here the second keeps 5 activations a layer where the first keeps 1: planned after
+// the first has run, its plan must still hold its run within the budget.
+TEST(ModuleMemo, ModulesOfOneClassNameButOtherCodeAreEstimatedApart) {
+  BudgetGuard restore;
+  const int64_t width = 64;
+  const auto make = [width](bool heavy) {
+    at::manual_seed(3);
+    std::vector<scripted::Tensor> params;
+    std::string source = "def forward(self, x):\n    h = x\n";
+    for (int i = 0; i < 6; ++i) {
+      const std::string w = "w" + std::to_string(i);
+      params.push_back({w, scripted::init({width, width}, 1.0 / std::sqrt(static_cast<double>(width)))});
+      source += "    h = torch.tanh(torch.matmul(h, self." + w + "))\n";
+      if (heavy) source += "    h = torch.sigmoid(torch.exp(torch.tanh(h)) * h)\n";
+    }
+    source += "    return h\n";
+    return scripted::module("Net", params, {}, source);
+  };
+  const at::Tensor xs = at::randn({256, 32, width});
+  uint64_t light_estimate = 0;
+  for (const bool heavy : {false, true}) {
+    SCOPED_TRACE(heavy ? "the heavy Net, after the light one" : "the light Net");
+    torch::jit::Module net = make(heavy);
+    ModuleHandle m = wrap(net);
+    Handle x = koila_models::lazy(xs, 0);
+    Handle y = forward(m.get(), {x.get()});
+    Handle loss = square_mean(y.get());
+    ASSERT_OK(koila_set_memory_budget("cpu", 0));
+    const uint64_t estimate = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
+    if (!heavy) light_estimate = estimate;
+    if (heavy) EXPECT_GT(estimate, light_estimate * 2) << "the heavy Net estimated with the light one's figures";
+    // Under a budget its estimate fits unsplit (with koila's margin): the run stays within it.
+    const uint64_t budget = current_cpu() + static_cast<uint64_t>(static_cast<double>(estimate) * 1.12);
+    ASSERT_OK(koila_set_memory_budget("cpu", budget));
+    koila_status_free(koila_memory_reset_peak("cpu"));
+    ASSERT_OK(koila_backward(loss.get()));
+    EXPECT_LE(peak_cpu(), budget);
+    clear_grads(net);
+  }
+}

@@ -44,6 +44,10 @@ struct LoadedModule {
   // How many linear calls the runnable's forward makes, its submodules' inlined (route_ops),
   // for the fusion of weight gradients (OpSpec::linear_layers).
   size_t linear_calls = 0;
+  // A fingerprint of the runnable's code (every method graph of it and its submodules), made
+  // with it: calls of modules of one class name but other code are other structures to the
+  // planner's records (plan/memo.h), which would otherwise estimate one by the other's figures.
+  uint64_t code = 0;
   // What the inference of its calls found, per structure of call (made at the first call).
   std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
   // Set for an exported program (.pt2): what the module cannot say of itself.

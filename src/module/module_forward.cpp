@@ -3,6 +3,7 @@
 #include "module/module.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,21 @@ std::string module_name(const torch::jit::Module& module) {
 
 namespace {
 
+// A fingerprint of the code `module` runs: the text of every method graph of it and of its
+// submodules (LoadedModule::code).
+uint64_t code_fingerprint(const torch::jit::Module& module) {
+  uint64_t h = 1469598103934665603ULL;
+  const auto add = [&h](const std::string& text) { h = (h ^ std::hash<std::string>{}(text)) * 1099511628211ULL; };
+  for (const torch::jit::Module& sub : module.modules()) {
+    add(sub.type()->name() ? sub.type()->name()->qualifiedName() : std::string());
+    for (const torch::jit::Method& method : sub.get_methods()) {
+      add(method.name());
+      add(method.graph()->toString(/*print_source_locations=*/false));
+    }
+  }
+  return h;
+}
+
 // Builds what a call of `m` on `inputs` shares (checked; `all`: koila_module_forward_all)
 // and the signature that tells its structure apart.
 std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& inputs, bool all,
@@ -75,6 +91,7 @@ std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& 
     try {
       m.runnable = m.module.clone(/*inplace=*/true);
       route_ops(*m.runnable, &m.linear_calls);  // the clone's graphs only: the loaded module saves as loaded
+      m.code = code_fingerprint(*m.runnable);
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
@@ -83,7 +100,7 @@ std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& 
   }
   call->module = module_detail::twin(*m.runnable, m.module, [](const at::Tensor& t) { return t; });
   // Which submodules train (dropout masks, batch statistics) changes the memory a call needs.
-  signature = call->name + ":" + collect_state(*call);
+  signature = call->name + "#" + std::to_string(m.code) + ":" + collect_state(*call);
   if (!m.inference_memo) m.inference_memo = std::make_shared<InferenceMemo>();
   return call;
 }
