@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "helpers.h"
+#include "module_helpers.h"
 #include "plan/chunking_options.h"
 #include "plan/fastest.h"
 #include "plan/memo.h"
+#include "scripted_models.h"
 
 namespace koila_test {
 namespace {
@@ -156,6 +158,36 @@ void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
   }
 }
 
+// The plan of `loss`'s backward under the budget set now: its timeline shows at least `least`
+// ops run again (" (recomputed)") inside the backward, none in the forward, and peaks where
+// the plan does at most.
+void expect_timeline_recomputes(const koila_tensor* loss, size_t least) {
+  koila_plan* p = nullptr;
+  ASSERT_OK(koila_plan_new(&p, loss, KOILA_MODE_TRAINING));
+  koila_timeline* t = nullptr;
+  ASSERT_OK(koila_plan_timeline(&t, p, 0));
+  size_t n = 0, in_backward = 0, in_forward = 0;
+  uint64_t most = 0;
+  ASSERT_OK(koila_timeline_length(t, &n));
+  for (size_t i = 0; i < n; ++i) {
+    char name[160];
+    size_t needed = 0;
+    ASSERT_OK(koila_timeline_op(t, i, name, sizeof name, &needed));
+    koila_phase phase = KOILA_PHASE_FORWARD;
+    ASSERT_OK(koila_timeline_phase(t, i, &phase));
+    uint64_t peak = 0;
+    ASSERT_OK(koila_timeline_peak_bytes(t, i, &peak));
+    most = std::max(most, peak);
+    if (std::string(name).find(" (recomputed)") != std::string::npos)
+      ++(phase == KOILA_PHASE_BACKWARD ? in_backward : in_forward);
+  }
+  EXPECT_GE(in_backward, least);
+  EXPECT_EQ(in_forward, 0u);
+  EXPECT_LE(most, koila_plan_peak_bytes(p));
+  koila_timeline_free(t);
+  koila_plan_free(p);
+}
+
 TEST(RecomputePlan, ASampleThatDoesNotFitTrainsRecomputingWithinTheBudget) {
   BudgetGuard restore;
   RecomputeGuard policy(KOILA_RECOMPUTE_AS_NEEDED);
@@ -188,32 +220,7 @@ TEST(RecomputePlan, ASampleThatDoesNotFitTrainsRecomputingWithinTheBudget) {
   EXPECT_NE(info.text.find("Recomputed:"), std::string::npos) << info.text;
   EXPECT_NE(info.text.find("more forward work"), std::string::npos) << info.text;
   // The timeline shows the segments run again inside the backward, and peaks where the plan does.
-  {
-    koila_plan* p = nullptr;
-    ASSERT_OK(koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING));
-    koila_timeline* t = nullptr;
-    ASSERT_OK(koila_plan_timeline(&t, p, 0));
-    size_t n = 0, recomputed_in_backward = 0, recomputed_in_forward = 0;
-    uint64_t most = 0;
-    ASSERT_OK(koila_timeline_length(t, &n));
-    for (size_t i = 0; i < n; ++i) {
-      char name[128];
-      size_t needed = 0;
-      ASSERT_OK(koila_timeline_op(t, i, name, sizeof name, &needed));
-      koila_phase phase = KOILA_PHASE_FORWARD;
-      ASSERT_OK(koila_timeline_phase(t, i, &phase));
-      uint64_t peak = 0;
-      ASSERT_OK(koila_timeline_peak_bytes(t, i, &peak));
-      most = std::max(most, peak);
-      if (std::string(name).find(" (recomputed)") != std::string::npos)
-        ++(phase == KOILA_PHASE_BACKWARD ? recomputed_in_backward : recomputed_in_forward);
-    }
-    EXPECT_GT(recomputed_in_backward, 0u);
-    EXPECT_EQ(recomputed_in_forward, 0u);
-    EXPECT_LE(most, koila_plan_peak_bytes(p));
-    koila_timeline_free(t);
-    koila_plan_free(p);
-  }
+  expect_timeline_recomputes(loss.get(), 1);
   koila_status_free(koila_memory_reset_peak("cpu"));
   ASSERT_OK(koila_backward(loss.get()));
   EXPECT_LE(peak_cpu(), budget);
@@ -450,6 +457,71 @@ TEST(RecomputePlan, CallsOfAnExportedProgramAreRecomputedWhole) {
   std::vector<at::Tensor> stats;
   for (const at::Tensor& b : buffers) stats.push_back(b.clone());
   expect_bitwise(stats, plain_stats, "running statistics and counters after the recomputing run");
+}
+
+// A TorchScript module whose one sample does not fit: 24 layers (linear, tanh, dropout) over
+// 2048 positions, one call of koila's graph. Recomputing koila's ops cannot help (the call is one
+// op), so the call runs in segments of its own graph: within the budget, with the dropout masks
+// of the run without recomputation (bit for bit its gradients) and eager LibTorch's gradients
+// without dropout; the timeline shows the segments' ops run again inside the backward.
+TEST(RecomputePlan, AModuleCallRunsInSegmentsOfItsOwnGraphShownInTheTimeline) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_OFF);
+  constexpr int kLayers = 24;
+  const int64_t width = 64;
+  const at::Tensor xs = at::randn({1, 2048, width});
+  for (const char* p : {"0.0", "0.2"}) {
+    const bool dropout = std::string(p) != "0.0";
+    SCOPED_TRACE(dropout ? "with dropout" : "without dropout");
+    at::manual_seed(12);
+    std::vector<scripted::Tensor> params;
+    std::string source = "def forward(self, x):\n    h = x\n";
+    for (int i = 0; i < kLayers; ++i) {
+      const std::string w = "w" + std::to_string(i), b = "b" + std::to_string(i);
+      params.push_back({w, scripted::init({width, width}, 1.0 / std::sqrt(static_cast<double>(width)))});
+      params.push_back({b, scripted::init({width}, 0.1)});
+      source += "    h = torch.dropout(torch.tanh(torch.linear(h, self." + w + ", self." + b + ")), " + p + ", True)\n";
+    }
+    source += "    return h\n";
+    torch::jit::Module net = scripted::module("Deep", params, {}, source);
+    std::vector<at::Tensor> eager;
+    if (!dropout) {
+      clear_grads(net);
+      const at::Tensor h = net.forward({xs}).toTensor();
+      h.mul(h).mean().backward();
+      eager = koila_test::grads_of(net);
+      clear_grads(net);
+    }
+
+    ModuleHandle m = wrap(net);
+    std::vector<Handle> keep;
+    keep.push_back(koila_models::lazy(xs, 0));
+    keep.push_back(forward(m.get(), {keep.back().get()}));
+    const Handle loss = mean_of_squares(keep.back().get(), keep);
+    RecomputeGuard::set(KOILA_RECOMPUTE_OFF);
+    at::manual_seed(21);
+    ASSERT_OK(koila_backward(loss.get()));
+    const std::vector<at::Tensor> plain = koila_test::grads_of(net);
+    if (!dropout) expect_close(plain, eager, "koila without recomputation against eager LibTorch");
+    clear_grads(net);
+
+    const uint64_t need = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+    const uint64_t budget = current_cpu() + need * 7 / 10;
+    ASSERT_OK(koila_set_memory_budget("cpu", budget));
+    EXPECT_EQ(code_of(koila_backward(loss.get())), KOILA_ERROR_OUT_OF_MEMORY);
+    RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+    const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
+    EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
+    // Each segment runs again: its linear layers, tanh and dropout among them.
+    expect_timeline_recomputes(loss.get(), 3);
+    koila_status_free(koila_memory_reset_peak("cpu"));
+    at::manual_seed(21);
+    ASSERT_OK(koila_backward(loss.get()));
+    EXPECT_LE(peak_cpu(), budget);
+    expect_bitwise(koila_test::grads_of(net), plain, "segments recomputed against the call run once");
+    clear_grads(net);
+    ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  }
 }
 
 // KOILA_CHUNK_FASTEST: a chunk twice the largest that fits without recomputation, recomputing,

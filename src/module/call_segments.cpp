@@ -186,17 +186,25 @@ std::optional<std::vector<uint64_t>> measure(const Call& call, const torch::jit:
   const std::vector<c10::IValue> values = stack[0].toTupleRef().elements().vec();
   stack = values;
   if (stack.size() != measured.size()) return std::nullopt;
+  // What a value makes is the memory under it that did not exist before: a view of an earlier
+  // value makes nothing, a view of a new buffer (a linear layer's result over 3-d inputs,
+  // reshaped from its matrix product) makes that buffer.
+  const auto under = [](const at::Tensor& t) -> std::pair<const void*, uint64_t> {
+    if (t.has_storage() && t.storage().unsafeGetStorageImpl())
+      return {t.storage().unsafeGetStorageImpl(), static_cast<uint64_t>(t.storage().nbytes())};
+    return {t.unsafeGetTensorImpl(), tensor_bytes(t)};
+  };
   std::vector<uint64_t> made(l.nodes.size(), 0);
-  std::unordered_set<const c10::TensorImpl*> counted;
+  std::unordered_set<const void*> counted;
   for (const at::Tensor& a : meta_args)
-    if (a.defined()) counted.insert(a.unsafeGetTensorImpl());
+    if (a.defined()) counted.insert(under(a).first);
   for (size_t k = 0; k < measured.size(); ++k) {
     if (!stack[k].isTensor()) continue;
     const at::Tensor t = stack[k].toTensor();
-    const uint64_t bytes = tensor_bytes(t);
-    value_bytes[measured[k].second] = bytes;
-    if (t.is_view() || !counted.insert(t.unsafeGetTensorImpl()).second) continue;
-    made[measured[k].first] += bytes;
+    if (!t.defined()) continue;
+    value_bytes[measured[k].second] = tensor_bytes(t);
+    const auto [memory, bytes] = under(t);
+    if (counted.insert(memory).second) made[measured[k].first] += bytes;
   }
   return made;
 }

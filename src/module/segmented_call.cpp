@@ -62,6 +62,7 @@ struct SegmentBackward : torch::autograd::Node {
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     if (!segments) fail(Code::InvalidArgument, "module " + call_name + ": a segment was differentiated twice");
+    const InRecomputeBackward inside;  // (the timeline shows the ops it runs)
     const CallSegment& segment = segments->segments[index];
     size_t n_edges = 0;
     for (bool b : needs_grad) n_edges += b ? 1 : 0;
@@ -94,6 +95,7 @@ struct SegmentBackward : torch::autograd::Node {
       }
       const c10::AutoGradMode on(true);
       const FusedPassAgain fused(pass);
+      const RunningAgain again;  // (marked "recomputed" in the timeline)
       run_segment(segment, stack);
     }
     if (stack.size() != segment.outputs.size())

@@ -49,10 +49,7 @@ struct RecomputeBackward : torch::autograd::Node {
     random_states.clear();
   }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    struct Inside {
-      Inside() { ++backward_depth; }
-      ~Inside() { --backward_depth; }
-    } inside;
+    const InRecomputeBackward inside;
     torch::autograd::variable_list result(inputs.size());
     Tensors xs(inputs.size());
     std::unordered_map<const koila::Node*, at::Tensor> given;
@@ -64,11 +61,7 @@ struct RecomputeBackward : torch::autograd::Node {
     Tensors outs;
     {
       const UnobservedStats unobserved;  // the first run's batch statistics were recorded
-      struct Again {
-        bool previous = running_again;
-        Again() { running_again = true; }
-        ~Again() { running_again = previous; }
-      } again_mark;
+      const RunningAgain again_mark;
       std::unique_ptr<RandomScope> random;
       if (!random_states.empty()) {
         random = std::make_unique<RandomScope>(device);  // the backward's own draws come back after
@@ -208,6 +201,10 @@ bool segmenting_programs() { return segmenting; }
 SegmentingPrograms::SegmentingPrograms(bool on) : previous_(segmenting) { segmenting = on; }
 SegmentingPrograms::~SegmentingPrograms() { segmenting = previous_; }
 bool in_recompute_backward() { return backward_depth > 0; }
+InRecomputeBackward::InRecomputeBackward() { ++backward_depth; }
+InRecomputeBackward::~InRecomputeBackward() { --backward_depth; }
+RunningAgain::RunningAgain() : previous_(running_again) { running_again = true; }
+RunningAgain::~RunningAgain() { running_again = previous_; }
 
 std::vector<size_t> last_reads(const Schedule& schedule) {
   const size_t n = schedule.order.size();

@@ -98,6 +98,27 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
 bool in_recompute_backward();
 bool recomputing();
 
+// Marks this thread, while it lives, as running a recomputed segment's backward (a
+// RecomputeBackward here, a module call's SegmentBackward in module/segmented_call.cpp).
+class InRecomputeBackward {
+ public:
+  InRecomputeBackward();
+  ~InRecomputeBackward();
+  InRecomputeBackward(const InRecomputeBackward&) = delete;
+  InRecomputeBackward& operator=(const InRecomputeBackward&) = delete;
+};
+// Marks, while it lives, the segment's forward run again inside its backward (recomputing()).
+class RunningAgain {
+ public:
+  RunningAgain();
+  ~RunningAgain();
+  RunningAgain(const RunningAgain&) = delete;
+  RunningAgain& operator=(const RunningAgain&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Whether module calls and programs run now segment their own graph (RecomputePlan::
 // inside_programs): set by a run's forward that recomputes so, and by a segment's backward run
 // again from one.
