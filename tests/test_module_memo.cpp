@@ -282,7 +282,9 @@ TEST(ModuleMemo, ModulesOfOneClassNameButOtherCodeAreEstimatedApart) {
     ASSERT_OK(koila_set_memory_budget("cpu", 0));
     const uint64_t estimate = koila::estimate_extra(loss->node, koila::RunMode::Training, -1);
     if (!heavy) light_estimate = estimate;
-    if (heavy) EXPECT_GT(estimate, light_estimate * 2) << "the heavy Net estimated with the light one's figures";
+    if (heavy) {
+      EXPECT_GT(estimate, light_estimate * 2) << "the heavy Net estimated with the light one's figures";
+    }
     // Under a budget its estimate fits unsplit (with koila's margin): the run stays within it.
     const uint64_t budget = current_cpu() + static_cast<uint64_t>(static_cast<double>(estimate) * 1.12);
     ASSERT_OK(koila_set_memory_budget("cpu", budget));
