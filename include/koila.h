@@ -566,9 +566,11 @@ KOILA_API koila_status *koila_matmul(koila_tensor **out, const koila_tensor *a, 
 KOILA_API koila_status *koila_linear(koila_tensor **out, const koila_tensor *x,
                                      const koila_tensor *weight, const koila_tensor *bias);
 
-/* Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes
-   PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0,
-   dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]. */
+/* Convolution, pooling and upsampling: 2-element arrays for 2d, 1-element for 1d. A NULL
+   array takes PyTorch's default: stride = kernel size for pooling and 1 for convolution,
+   padding 0, dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...].
+   upsample_nearest2d repeats every pixel scale[0] x scale[1] times (F.interpolate's
+   "nearest" by whole factors). */
 KOILA_API koila_status *koila_conv1d(koila_tensor **out, const koila_tensor *x, const koila_tensor *w,
                                      const koila_tensor *bias, const int64_t *stride,
                                      const int64_t *padding, const int64_t *dilation, int64_t groups);
@@ -583,6 +585,8 @@ KOILA_API koila_status *koila_avg_pool2d(koila_tensor **out, const koila_tensor 
                                          const int64_t *padding, int ceil_mode);
 KOILA_API koila_status *koila_adaptive_avg_pool2d(koila_tensor **out, const koila_tensor *x,
                                                   const int64_t *output_size);
+KOILA_API koila_status *koila_upsample_nearest2d(koila_tensor **out, const koila_tensor *x,
+                                                 const int64_t *scale);
 
 /* Normalization and embedding. batch_norm normalizes over every dim but dim 1; in training
    it uses the batch statistics (and updates running_mean/var, when given, each time it is

@@ -103,6 +103,8 @@ TEST_F(BadInput, NullHandlesAndOutPointers) {
        KOILA_ERROR_INVALID_ARGUMENT, "'kernel'"},
       {"adaptive NULL size", [&] { return koila_adaptive_avg_pool2d(&out, img.get(), nullptr); },
        KOILA_ERROR_INVALID_ARGUMENT, "'output_size'"},
+      {"upsample NULL scale", [&] { return koila_upsample_nearest2d(&out, img.get(), nullptr); },
+       KOILA_ERROR_INVALID_ARGUMENT, "'scale'"},
       {"sum NULL dims with count", [&] { return koila_sum(&out, x.get(), nullptr, 2, 0); },
        KOILA_ERROR_INVALID_ARGUMENT, "'dims'"},
       {"is_lazy of NULL", [&] { return koila_tensor_is_lazy(nullptr, &flag); }, KOILA_ERROR_INVALID_ARGUMENT, "'t'"},
@@ -197,6 +199,18 @@ TEST_F(BadInput, SizesShapesAndDims) {
          return koila_conv2d(&out, img.get(), k.get(), nullptr, nullptr, nullptr, nullptr, 0);
        },
        KOILA_ERROR_INVALID_ARGUMENT, "groups must be positive"},
+      {"upsample scale 0",
+       [&] {
+         const int64_t scale[] = {2, 0};
+         return koila_upsample_nearest2d(&out, img.get(), scale);
+       },
+       KOILA_ERROR_INVALID_ARGUMENT, "scale must be 1 or more"},
+      {"upsample rank 2",
+       [&] {
+         const int64_t scale[] = {2, 2};
+         return koila_upsample_nearest2d(&out, x.get(), scale);
+       },
+       KOILA_ERROR_SHAPE, "rank 3 or 4"},
       {"unknown reduction", [&] { return koila_mse_loss(&out, x.get(), x.get(), static_cast<koila_reduction>(9)); },
        KOILA_ERROR_INVALID_ARGUMENT, "unknown koila_reduction 9"},
       {"layer_norm empty shape", [&] { return koila_layer_norm(&out, x.get(), nullptr, 0, nullptr, nullptr, 1e-5); },

@@ -422,6 +422,29 @@ TEST(Ops, Pooling) {
           [size](const auto& v) { return at::adaptive_avg_pool2d(v[0], size); },
           {"adaptive " + std::to_string(size[0]), {rnd({4, 3, 7, 8})}, {0}, 0});
   }
+  // Nearest upsampling, against LibTorch's F.interpolate(mode="nearest") with whole factors; the
+  // batch may be in N or (unbatched) in C, not in a spatial dim.
+  for (auto scale : {std::vector<int64_t>{2, 2}, std::vector<int64_t>{1, 3}}) {
+    check([scale](koila_tensor** o, const auto& in) { return koila_upsample_nearest2d(o, in[0], scale.data()); },
+          [scale](const auto& v) {
+            const int64_t h = v[0].size(-2), w = v[0].size(-1);
+            return at::upsample_nearest2d(v[0].dim() == 3 ? v[0].unsqueeze(0) : v[0], {h * scale[0], w * scale[1]})
+                .view(v[0].dim() == 3 ? std::vector<int64_t>{v[0].size(0), h * scale[0], w * scale[1]}
+                                      : std::vector<int64_t>{v[0].size(0), v[0].size(1), h * scale[0], w * scale[1]});
+          },
+          {"upsample " + std::to_string(scale[0]) + "x" + std::to_string(scale[1]), {rnd({4, 3, 5, 6})}, {0}, 0});
+  }
+  const int64_t twice[2] = {2, 2};
+  check([&twice](koila_tensor** o, const auto& in) { return koila_upsample_nearest2d(o, in[0], twice); },
+        [](const auto& v) {
+          return at::upsample_nearest2d(v[0].unsqueeze(0), {10, 12}).squeeze(0);
+        },
+        {"upsample unbatched [C, H, W] with batch in C", {rnd({3, 5, 6})}, {0}, 0});
+  check([&twice](koila_tensor** o, const auto& in) { return koila_upsample_nearest2d(o, in[0], twice); },
+        [](const auto& v) {
+          return at::upsample_nearest2d(v[0].unsqueeze(0), {10, 12}).squeeze(0);
+        },
+        {"upsampling over the batch", {rnd({3, 5, 6})}, {1}, -1, true});
 }
 
 TEST(Ops, BatchNorm) {

@@ -235,6 +235,7 @@ KOILA_INT64_PAIR(padding)
 KOILA_INT64_PAIR(dilation)
 KOILA_INT64_PAIR(kernel)
 KOILA_INT64_PAIR(output_size)
+KOILA_INT64_PAIR(scale)
 
 /* int64_t *dims, size_t capacity (koila_tensor_shape): a long[] that receives the sizes. */
 %typemap(jni) (int64_t *dims, size_t capacity) "jlongArray"

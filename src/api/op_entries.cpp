@@ -375,6 +375,14 @@ KOILA_API koila_status* koila_adaptive_avg_pool2d(koila_tensor** out, const koil
   });
 }
 
+KOILA_API koila_status* koila_upsample_nearest2d(koila_tensor** out, const koila_tensor* x, const int64_t* scale) {
+  return op_entry(__func__, out, [&](const char* name) {
+    const NodePtr& x_ = node_of(x, "x");
+    std::vector<int64_t> scale_ = arg::ints(scale, 2, "scale");
+    return ops::upsample_nearest2d(name, x_, std::move(scale_));
+  });
+}
+
 KOILA_API koila_status* koila_batch_norm(koila_tensor** out, const koila_tensor* x, const koila_tensor* weight,
                                          const koila_tensor* bias, const koila_tensor* running_mean,
                                          const koila_tensor* running_var, int training, double momentum, double eps) {

@@ -110,12 +110,19 @@ NodePtr convolution(const char* name, const NodePtr& input, const NodePtr& weigh
                {input, weight, bias});
 }
 
-NodePtr pool(const char* name, const NodePtr& input, std::vector<int64_t> k, std::vector<int64_t> s,
-             std::vector<int64_t> p, bool ceil, bool max) {
+// The rank of an image, [N, C, H, W] or unbatched [C, H, W], of a floating dtype (failing
+// otherwise).
+int64_t image_rank(const NodePtr& input) {
   require_floating(input, "x");
   const int64_t rank = rank_of(input);
   if (rank != 3 && rank != 4)
     fail(Code::Shape, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+  return rank;
+}
+
+NodePtr pool(const char* name, const NodePtr& input, std::vector<int64_t> k, std::vector<int64_t> s,
+             std::vector<int64_t> p, bool ceil, bool max) {
+  const int64_t rank = image_rank(input);
   return build(
       OpSpec{.name = name,
              .run =
@@ -207,15 +214,31 @@ NodePtr avg_pool2d(const char* name, const NodePtr& x, std::vector<int64_t> kern
 }
 
 NodePtr adaptive_avg_pool2d(const char* name, const NodePtr& input, std::vector<int64_t> size) {
-  require_floating(input, "x");
-  const int64_t rank = rank_of(input);
-  if (rank != 3 && rank != 4)
-    fail(Code::Shape, "expected input of rank 3 or 4, got " + shape_string(input->meta.shape));
+  const int64_t rank = image_rank(input);
   for (int64_t s : size)
     if (s <= 0) fail(Code::InvalidArgument, "output_size must be positive, got " + shape_string(size));
   return build(OpSpec{.name = name,
                       .run = [size](const Tensors& in, const Node&) { return at::adaptive_avg_pool2d(in[0], size); },
                       .batch = batch::same_dims_except({rank - 2, rank - 1}, "pools")},
+               {input});
+}
+
+NodePtr upsample_nearest2d(const char* name, const NodePtr& input, std::vector<int64_t> scale) {
+  const int64_t rank = image_rank(input);
+  for (int64_t s : scale)
+    if (s < 1) fail(Code::InvalidArgument, "scale must be 1 or more in each dim, got " + shape_string(scale));
+  const std::vector<int64_t>& shape = input->meta.shape;
+  const std::vector<int64_t> size{shape[static_cast<size_t>(rank - 2)] * scale[0],
+                                  shape[static_cast<size_t>(rank - 1)] * scale[1]};
+  return build(OpSpec{.name = name,
+                      .run =
+                          [size, scale, rank](const Tensors& in, const Node&) {
+                            const at::Tensor x = rank == 3 ? in[0].unsqueeze(0) : in[0];
+                            const at::Tensor y = at::upsample_nearest2d(x, size, static_cast<double>(scale[0]),
+                                                                        static_cast<double>(scale[1]));
+                            return rank == 3 ? y.squeeze(0) : y;
+                          },
+                      .batch = batch::same_dims_except({rank - 2, rank - 1}, "upsamples")},
                {input});
 }
 

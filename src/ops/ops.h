@@ -61,7 +61,7 @@ NodePtr dropout(const char* name, const NodePtr& x, double p, bool train);
 NodePtr matmul(const char* name, const NodePtr& a, const NodePtr& b);
 NodePtr linear(const char* name, const NodePtr& x, const NodePtr& weight, const NodePtr& bias);
 
-// Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes (ops/nn.cpp)
+// Convolution, pooling and upsampling: 2-element arrays for 2d, 1-element for 1d. A NULL (ops/nn.cpp)
 NodePtr conv1d(const char* name, const NodePtr& x, const NodePtr& w, const NodePtr& bias, std::vector<int64_t> stride,
                std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups);
 NodePtr conv2d(const char* name, const NodePtr& x, const NodePtr& w, const NodePtr& bias, std::vector<int64_t> stride,
@@ -71,6 +71,7 @@ NodePtr max_pool2d(const char* name, const NodePtr& x, std::vector<int64_t> kern
 NodePtr avg_pool2d(const char* name, const NodePtr& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                    std::vector<int64_t> padding, bool ceil_mode);
 NodePtr adaptive_avg_pool2d(const char* name, const NodePtr& x, std::vector<int64_t> output_size);
+NodePtr upsample_nearest2d(const char* name, const NodePtr& x, std::vector<int64_t> scale);
 
 // Normalization and embedding. batch_norm normalizes over every dim but dim 1; in training (ops/nn.cpp)
 NodePtr batch_norm(const char* name, const NodePtr& x, const NodePtr& weight, const NodePtr& bias,

@@ -1068,14 +1068,19 @@ std::vector<Entry> make_table() {
       });
     });
   }
-  add("koila_adaptive_avg_pool2d", 1, [](State& st) {
-    int d = 0;
-    koila_tensor* x = pick(st, &d);
-    const Ints size = ints(st, 2, -1, 4);
-    note("koila_adaptive_avg_pool2d");
-    op_result(st, "koila_adaptive_avg_pool2d", d,
-              [&](koila_tensor** o) { return koila_adaptive_avg_pool2d(o, x, size.ptr()); });
-  });
+  // Ops of an image and one pair of sizes: adaptive pooling's output size, upsampling's factors.
+  for (int adaptive : {0, 1}) {
+    const char* name = adaptive ? "koila_adaptive_avg_pool2d" : "koila_upsample_nearest2d";
+    add(name, 1, [name, adaptive](State& st) {
+      int d = 0;
+      koila_tensor* x = pick(st, &d);
+      const Ints sizes = ints(st, 2, -1, adaptive ? 4 : 3);
+      note(name);
+      op_result(st, name, d, [&](koila_tensor** o) {
+        return adaptive ? koila_adaptive_avg_pool2d(o, x, sizes.ptr()) : koila_upsample_nearest2d(o, x, sizes.ptr());
+      });
+    });
+  }
   add("koila_batch_norm", 2, [](State& st) {
     int d = 0;
     koila_tensor* x = pick(st, &d);

@@ -64,7 +64,7 @@ export KoilaError, @check, BFloat16
 export Tensor, lazy, batchdim, islazy, item, evaluate, to_string
 export requires_grad!, backward!, grad, zero_grad!
 # The generated operators export themselves (ops_table.jl).
-export dropout, conv1d, conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, batch_norm,
+export dropout, conv1d, conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d, batch_norm,
        layer_norm, amax, amin, flatten, narrow, stack, cross_entropy, nll_loss, mse_loss, l1_loss,
        binary_cross_entropy_with_logits, scaled_dot_product_attention
 export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, budget_bytes, needed_bytes, full_needed_bytes,

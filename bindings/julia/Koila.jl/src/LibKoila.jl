@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: fbefe8961ee0c2cea59281b332b679324491cd856f09d2fb7c58c3432323f5ef
+# Header sha256: cf542cc9338edc3d842a1ffa25aeecafe69bde2ce9bd179760465906af3d1254
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -306,6 +306,7 @@ const _fptr_koila_conv2d = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_max_pool2d = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_avg_pool2d = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_adaptive_avg_pool2d = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_upsample_nearest2d = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_batch_norm = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_layer_norm = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_embedding = Ref{Ptr{Cvoid}}(C_NULL)
@@ -466,6 +467,7 @@ const _FUNCTIONS = (
     (:koila_max_pool2d, _fptr_koila_max_pool2d),
     (:koila_avg_pool2d, _fptr_koila_avg_pool2d),
     (:koila_adaptive_avg_pool2d, _fptr_koila_adaptive_avg_pool2d),
+    (:koila_upsample_nearest2d, _fptr_koila_upsample_nearest2d),
     (:koila_batch_norm, _fptr_koila_batch_norm),
     (:koila_layer_norm, _fptr_koila_layer_norm),
     (:koila_embedding, _fptr_koila_embedding),
@@ -1653,7 +1655,7 @@ end
 
 C: `koila_status *koila_conv1d(koila_tensor **out, const koila_tensor *x, const koila_tensor *w, const koila_tensor *bias, const int64_t *stride, const int64_t *padding, const int64_t *dilation, int64_t groups);`
 
-Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0, dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...].
+Convolution, pooling and upsampling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0, dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]. upsample_nearest2d repeats every pixel scale[0] x scale[1] times (F.interpolate's "nearest" by whole factors).
 """
 function koila_conv1d(out, x, w, bias, stride, padding, dilation, groups)
     fptr = _fptr_koila_conv1d[]
@@ -1703,6 +1705,17 @@ function koila_adaptive_avg_pool2d(out, x, output_size)
     fptr = _fptr_koila_adaptive_avg_pool2d[]
     fptr == C_NULL && _not_loaded(:koila_adaptive_avg_pool2d)
     ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{koila_tensor}, Ptr{Int64}), out, x, output_size)
+end
+
+"""
+    koila_upsample_nearest2d(out, x, scale) -> Ptr{koila_status}
+
+C: `koila_status *koila_upsample_nearest2d(koila_tensor **out, const koila_tensor *x, const int64_t *scale);`
+"""
+function koila_upsample_nearest2d(out, x, scale)
+    fptr = _fptr_koila_upsample_nearest2d[]
+    fptr == C_NULL && _not_loaded(:koila_upsample_nearest2d)
+    ccall(fptr, Ptr{koila_status}, (Ptr{Ptr{koila_tensor}}, Ptr{koila_tensor}, Ptr{Int64}), out, x, scale)
 end
 
 """

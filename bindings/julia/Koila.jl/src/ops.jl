@@ -176,8 +176,9 @@ conv2d(x::Tensor, w::Tensor, bias::Union{Tensor,Nothing} = nothing; stride = not
     max_pool2d(x, kernel; stride = kernel, padding = 0, ceil_mode = false)
     avg_pool2d(x, kernel; stride = kernel, padding = 0, ceil_mode = false)
     adaptive_avg_pool2d(x, output_size)
+    upsample_nearest2d(x, scale)
 
-Sizes are an integer or a pair (H, W).
+Sizes (and upsample_nearest2d's whole scale factors) are an integer or a pair (H, W).
 """
 max_pool2d(x::Tensor, kernel; stride = nothing, padding = nothing, ceil_mode::Bool = false) =
     _new(LibKoila.koila_max_pool2d, x, _ints(_required(kernel, "kernel"), 2, "kernel"),
@@ -187,6 +188,8 @@ avg_pool2d(x::Tensor, kernel; stride = nothing, padding = nothing, ceil_mode::Bo
          _ints(stride, 2, "stride"), _ints(padding, 2, "padding"), ceil_mode)
 adaptive_avg_pool2d(x::Tensor, output_size) =
     _new(LibKoila.koila_adaptive_avg_pool2d, x, _ints(_required(output_size, "output_size"), 2, "output_size"))
+upsample_nearest2d(x::Tensor, scale) =
+    _new(LibKoila.koila_upsample_nearest2d, x, _ints(_required(scale, "scale"), 2, "scale"))
 
 _required(x::Nothing, what) = _argerror("$what is required")
 _required(x, what) = x

@@ -351,6 +351,8 @@ end
     @test Array(max_pool2d(x, 2))[1, 1, :, :] == [maximum(X[i:i+1, j:j+1]) for i in (1, 3), j in (1, 3)]
     @test size(avg_pool2d(x, (2, 2); stride = 1)) == (1, 1, 3, 3)
     @test Array(adaptive_avg_pool2d(x, 1))[] ≈ sum(X) / 16
+    @test Array(upsample_nearest2d(x, 2))[1, 1, :, :] == repeat(X, inner = (2, 2))
+    koila_error(() -> upsample_nearest2d(x, 0), KOILA_ERROR_INVALID_ARGUMENT)
     koila_error(() -> conv2d(x, k; stride = (1, 2, 3)), KOILA_ERROR_INVALID_ARGUMENT)
 
     # Normalization and embedding.

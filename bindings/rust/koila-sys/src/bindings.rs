@@ -828,9 +828,11 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
-    #[doc = " Convolution and pooling: 2-element arrays for 2d, 1-element for 1d. A NULL array takes"]
-    #[doc = "PyTorch's default: stride = kernel size for pooling and 1 for convolution, padding 0,"]
-    #[doc = "dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]."]
+    #[doc = " Convolution, pooling and upsampling: 2-element arrays for 2d, 1-element for 1d. A NULL"]
+    #[doc = "array takes PyTorch's default: stride = kernel size for pooling and 1 for convolution,"]
+    #[doc = "padding 0, dilation 1. Inputs may be batched [N, C, ...] or unbatched [C, ...]."]
+    #[doc = "upsample_nearest2d repeats every pixel scale[0] x scale[1] times (F.interpolate's"]
+    #[doc = "\"nearest\" by whole factors)."]
     pub fn koila_conv1d(
         out: *mut *mut koila_tensor,
         x: *const koila_tensor,
@@ -879,6 +881,13 @@ extern "C" {
         out: *mut *mut koila_tensor,
         x: *const koila_tensor,
         output_size: *const i64,
+    ) -> *mut koila_status;
+}
+extern "C" {
+    pub fn koila_upsample_nearest2d(
+        out: *mut *mut koila_tensor,
+        x: *const koila_tensor,
+        scale: *const i64,
     ) -> *mut koila_status;
 }
 extern "C" {

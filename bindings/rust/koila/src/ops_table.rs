@@ -258,6 +258,13 @@ impl Tensor {
         })
     }
 
+    /// Nearest-neighbour upsampling of the last two dims of [N, C, H, W] (or [C, H, W]) by whole
+    /// factors `scale` [sh, sw] (each 1 or more): every pixel repeated sh x sw times, as PyTorch's
+    /// F.interpolate(x, scale_factor=(sh, sw), mode="nearest") does. The decoders of U-Nets use it.
+    pub fn upsample_nearest2d(&self, scale: [i64; 2]) -> Result<Tensor> {
+        make(|out| unsafe { sys::koila_upsample_nearest2d(out, self.as_ptr(), scale.as_ptr()) })
+    }
+
     /// Batch normalization over every dim but dim 1. In training it uses the batch's statistics
     /// (mixing samples, so koila does not split it unless batch statistics per chunk are allowed)
     /// and updates the running statistics, when given, each time it is evaluated.

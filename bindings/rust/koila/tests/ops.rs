@@ -128,6 +128,10 @@ fn linear_algebra_and_nn() {
     assert_eq!(both(&[&img], |x| x[0].max_pool2d([2, 2], None, None, true)), vec![5.0, 6.0, 8.0, 9.0]);
     assert_eq!(both(&[&img], |x| x[0].avg_pool2d([2, 2], Some([1, 1]), None, false)), vec![3.0, 4.0, 6.0, 7.0]);
     assert_eq!(both(&[&img], |x| x[0].adaptive_avg_pool2d([1, 1])), vec![5.0]);
+    // Nearest upsampling of [1, 1, 2, 2] by 1 x 2: each pixel twice along the rows.
+    let four = t(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]);
+    assert_eq!(both(&[&four], |x| x[0].upsample_nearest2d([1, 2])), vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]);
+    assert!(four.upsample_nearest2d([0, 2]).is_err());
     // batch_norm with running statistics (evaluation): (x - mean) / sqrt(var + eps) * w + b.
     let bx = t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
     let (rm, rv) = (t(&[1.0, 2.0], &[2]), t(&[4.0, 1.0], &[2]));

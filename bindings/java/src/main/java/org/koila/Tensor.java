@@ -1220,6 +1220,16 @@ public final class Tensor extends NativeHandle {
   }
 
   /**
+   * Nearest-neighbour upsampling of the last two dims of [N, C, H, W] (or [C, H, W]) by whole factors {@code scale}
+   * [sh, sw] (each 1 or more): every pixel repeated sh x sw times, as PyTorch's F.interpolate(x, scale_factor=(sh,
+   * sw), mode="nearest") does. The decoders of U-Nets use it.
+   */
+  public Tensor upsampleNearest2d(long... scale) {
+    long[] scaleArg = sizesArg(longsArg(scale, "scale"), 2, "scale");
+    return produce(out -> KoilaNative.koila_upsample_nearest2d(out, address(), scaleArg), this);
+  }
+
+  /**
    * Batch normalization over every dim but dim 1. In training it uses the batch's statistics (mixing samples, so
    * koila does not split it unless batch statistics per chunk are allowed) and updates the running statistics, when
    * given, each time it is evaluated.

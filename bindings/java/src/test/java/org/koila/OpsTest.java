@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.koila.TestSupport.assertClose;
+import static org.koila.TestSupport.assertKoila;
 import static org.koila.TestSupport.assertShape;
 import static org.koila.TestSupport.floats;
 
@@ -229,6 +230,11 @@ class OpsTest {
           x.maxPool2d(new long[] {2, 2}, new long[] {2, 2}, new long[] {1, 1}, false));
       check(new double[] {8.5}, x.adaptiveAvgPool2d(1, 1), x.lazy(0).adaptiveAvgPool2d(1, 1));
       assertClose(new double[] {3.5, 5.5, 11.5, 13.5}, x.adaptiveAvgPool2d(2));
+      // upsampling [1, 3, 3] by 1 x 2 (unbatched): each pixel twice along the rows
+      check(new double[] {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9}, nine.upsampleNearest2d(1, 2),
+          nine.lazy(0).upsampleNearest2d(1, 2));
+      assertShape(x.upsampleNearest2d(2), 1, 1, 8, 8);
+      assertKoila(Code.INVALID_ARGUMENT, () -> x.upsampleNearest2d(0, 2));
     }
   }
 
