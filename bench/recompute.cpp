@@ -3,7 +3,10 @@
 // 1/2 and 1/4 of the activation memory (what the unconstrained step took beyond what was in use)
 // and at the least budget that plans, recomputing as koila chooses. Prints per row the budget,
 // what the plan recomputes and its estimated extra forward work, the median step time against
-// the unconstrained step's, and the measured peak (koila's allocator) against the budget.
+// the unconstrained step's, and the measured peak (koila's allocator) against the budget; and what
+// the plan's peak is made of (its timeline's parts): the activations held then (kept and
+// recomputed), the temporaries (gradients of activations in flight) and what the estimate adds
+// beyond its simulation (kernels' workspaces that earlier runs showed).
 //
 //   usage: bench_recompute [repeats]        (default 3; a warm-up step before each)
 //
@@ -14,7 +17,7 @@
 // before each step, zero_grad(set_to_none=True)):
 //   transformer  6 pre-norm layers, width 128, one attention head, 4x MLP, 1024 positions
 //   resnet       a 3x3 stem and 8 residual blocks (conv, relu, conv, add, relu), 32 channels, 128x128
-//   unet         three levels (16, 32, 64 channels; 2x2 max pooling; nearest upsampling; skip
+//   unet         three levels (16, 32, 64 channels; 2x2 max pooling; nearest upsampling by 2; skip
 //                connections concatenated), 128x128
 //   mlp          24 x (linear 256 -> 256, gelu) over 2048 positions
 // The loss is the mean of the output's squares. bench/recompute_checkpoint.py runs the same
@@ -77,16 +80,10 @@ struct Builder {
     const int64_t shape[1] = {width};
     return op(koila_layer_norm, x, shape, size_t{1}, g, b, 1e-5);
   }
-  // Nearest upsampling by 2 of [N, C, H, W], by stacking and reshaping.
-  koila_tensor* upsample(koila_tensor* x, int64_t n, int64_t c, int64_t h, int64_t w) {
-    koila_tensor* const twice[2] = {x, x};
-    koila_tensor* wide = op(koila_stack, twice, size_t{2}, int64_t{4});  // [N, C, H, W, 2]
-    const int64_t s1[4] = {n, c, h, 2 * w};
-    wide = op(koila_reshape, wide, s1, size_t{4});
-    koila_tensor* const rows[2] = {wide, wide};
-    koila_tensor* tall = op(koila_stack, rows, size_t{2}, int64_t{3});  // [N, C, H, 2, 2W]
-    const int64_t s2[4] = {n, c, 2 * h, 2 * w};
-    return op(koila_reshape, tall, s2, size_t{4});
+  // Nearest upsampling by 2 of [N, C, H, W] (F.interpolate(scale_factor=2, mode="nearest")).
+  koila_tensor* upsample(koila_tensor* x) {
+    const int64_t twice[2] = {2, 2};
+    return op(koila_upsample_nearest2d, x, twice);
   }
   koila_tensor* loss(koila_tensor* y) {
     koila_tensor* sq = op(koila_mul, y, y);
@@ -136,21 +133,19 @@ koila_tensor* unet(Builder& b) {
   const int64_t widths[3] = {16, 32, 64};
   const int64_t kernel[2] = {2, 2}, stride[2] = {2, 2}, padding[2] = {0, 0};
   std::vector<koila_tensor*> skips;
-  int64_t in = 3, s = side;
+  int64_t in = 3;
   for (int level = 0; level < 3; ++level) {
     const int64_t w = widths[level];
     x = b.op(koila_relu, b.conv(b.op(koila_relu, b.conv(x, in, w)), w, w));
     skips.push_back(x);
     x = b.op(koila_max_pool2d, x, kernel, stride, padding, 0);
     in = w;
-    s /= 2;
   }
   x = b.op(koila_relu, b.conv(x, in, 2 * in));
   in = 2 * in;
   for (int level = 2; level >= 0; --level) {
     const int64_t w = widths[level];
-    x = b.upsample(x, 1, in, s, s);
-    s *= 2;
+    x = b.upsample(x);
     koila_tensor* const both[2] = {x, skips[static_cast<size_t>(level)]};
     x = b.op(koila_cat, both, size_t{2}, int64_t{1});
     x = b.op(koila_relu, b.conv(b.op(koila_relu, b.conv(x, in + w, w)), w, w));
@@ -196,7 +191,8 @@ struct Step {
   uint64_t peak = 0;        // measured, beyond what was in use
   int64_t chunks = 0;
   uint64_t recomputed = 0;
-  std::string work;  // "+75%" (the plan's estimate of extra forward work)
+  std::string work;   // "+75%" (the plan's estimate of extra forward work)
+  std::string parts;  // at the plan's peak: "activations / temporaries / beyond the simulation" MiB
 };
 
 // One timed step under `budget` with `policy` (0: the automatic budget); false when it failed
@@ -248,6 +244,17 @@ Step step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute
     const size_t from = text.rfind("about ", at);
     r.work = "+" + text.substr(from + 6, at - from - 6) + "%";
   }
+  {  // what the plan's peak is made of (its timeline)
+    koila_timeline* t = nullptr;
+    check(koila_plan_timeline(&t, p, 0), "koila_plan_timeline");
+    uint64_t part[3] = {0, 0, 0};
+    const koila_memory_part which[3] = {KOILA_PART_ACTIVATIONS, KOILA_PART_TEMPORARIES, KOILA_PART_BEYOND_SIMULATION};
+    for (int k = 0; k < 3; ++k) check(koila_timeline_part(t, which[k], &part[k]), "koila_timeline_part");
+    koila_timeline_free(t);
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f / %.1f / %.1f", mib(part[0]), mib(part[1]), mib(part[2]));
+    r.parts = text;
+  }
   koila_plan_free(p);
   set_budget(0);
   std::vector<double> times, free_times;
@@ -287,8 +294,9 @@ int main(int argc, char** argv) {
   std::printf("koila recomputation: one sample per step, CPU, median of %d steps (after a warm-up)\n\n", repeats);
   std::printf(
       "| model | budget | budget MiB | chunks | recomputed MiB | extra forward work (est.) | step ms | x unconstrained "
-      "| of which planning ms | estimated peak MiB | measured peak MiB | within budget |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+      "| of which planning ms | estimated peak MiB | at the peak: activations / temporaries / beyond the simulation "
+      "MiB | measured peak MiB | within budget |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
   for (const Model& m : models) {
     Builder b;
     koila_tensor* loss = m.build(b);
@@ -298,8 +306,8 @@ int main(int argc, char** argv) {
     double free_seconds = 0;
     const Step free = step(b, loss, 0, KOILA_RECOMPUTE_OFF, repeats, &free_seconds);
     const uint64_t activations = free.peak;  // what the unconstrained step took beyond what was in use
-    std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | %.1f | - |\n", m.name,
-                m.shape.c_str(), 1e3 * free.seconds, 1e3 * free.plan_seconds, mib(free.estimate),
+    std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | %s | %.1f | - |\n", m.name,
+                m.shape.c_str(), 1e3 * free.seconds, 1e3 * free.plan_seconds, mib(free.estimate), free.parts.c_str(),
                 mib(in_use + free.peak));
     set_recompute(KOILA_RECOMPUTE_AS_NEEDED);
     // The least budget that plans, to 1% of the activation memory.
@@ -316,23 +324,24 @@ int main(int argc, char** argv) {
                    {"least that plans", hi}};
     for (const auto& row : budgets) {
       if (!plans(b, loss, row.budget)) {
-        std::printf("| %s | %s | %.1f | refused | | | | | | | | |\n", m.name, row.label, mib(row.budget));
+        std::printf("| %s | %s | %.1f | refused | | | | | | | | | |\n", m.name, row.label, mib(row.budget));
         continue;
       }
       double unconstrained = 0;
       const Step s = step(b, loss, row.budget, KOILA_RECOMPUTE_AS_NEEDED, repeats, &unconstrained);
       if (!s.ran) {
         const bool ran_out = s.error.find("out of memory within") != std::string::npos;
-        std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | | %.1f | | %s |\n", m.name, row.label,
+        std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | | %.1f | %s | | %s |\n", m.name, row.label,
                     mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed), s.work.c_str(),
-                    ran_out ? "OUT OF MEMORY" : "refused when run", mib(s.estimate), s.error.substr(0, 300).c_str());
+                    ran_out ? "OUT OF MEMORY" : "refused when run", mib(s.estimate), s.parts.c_str(),
+                    s.error.substr(0, 300).c_str());
         continue;
       }
-      std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %.1f | %s |\n", m.name,
+      std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %s | %.1f | %s |\n", m.name,
                   row.label, static_cast<double>(row.budget - in_use) / static_cast<double>(activations),
                   mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed),
                   s.work.empty() ? "0%" : s.work.c_str(), 1e3 * s.seconds, s.seconds / unconstrained,
-                  1e3 * s.plan_seconds, mib(s.estimate), mib(in_use + s.peak),
+                  1e3 * s.plan_seconds, mib(s.estimate), s.parts.c_str(), mib(in_use + s.peak),
                   in_use + s.peak <= row.budget ? "yes" : "NO");
     }
     std::fflush(stdout);
