@@ -359,7 +359,8 @@ typedef enum koila_memory_part {
                                  the results still needed after the op (simulated) */
   KOILA_PART_GRADIENTS = 2,   /* .grad of the leaves (parameters) held at the peak
                                  (simulated) */
-  KOILA_PART_TEMPORARIES = 3, /* the rest of the peak: gradients of activations, the
+  KOILA_PART_TEMPORARIES = 3, /* the rest of the peak: gradients of activations, values
+                                 recomputed in the backward (koila_set_recompute), the
                                  buffers of the op at the peak (simulated) */
   KOILA_PART_BEYOND_SIMULATION = 4 /* what the estimate adds beyond the simulation:
                                       backend workspaces found by real probes

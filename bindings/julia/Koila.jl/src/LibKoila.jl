@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: cf542cc9338edc3d842a1ffa25aeecafe69bde2ce9bd179760465906af3d1254
+# Header sha256: f598782237af9404f5123cec4f3127c99d2da583aa97289cc94d4bedbfd139fd
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
