@@ -733,6 +733,53 @@ TEST(Plan, TheStructureKeyFollowsWhatChangesAfterBuilding) {
             absent);
 }
 
+// Arguments that change the memory an op needs but not its result's shape are part of its
+// structure: graphs that differ only there are estimated apart (dropout keeps no mask at p = 0,
+// one of the input's size below 1, and only its result at p = 1; causal attention makes its
+// mask, a permutation's order its result's strides). A hyperparameter sweep in one process
+// would otherwise plan p = 0.5 by p = 0's figures.
+TEST(Plan, ArgumentsThatChangeMemoryAreInTheStructureKey) {
+  const at::Tensor xs = at::randn({8, 256, 64}).requires_grad_(true);
+  const auto record_of = [](const Handle& loss) {
+    const koila::NodePtr& root = loss->node;
+    return koila::graph_record(root, koila::analysis_of(root, koila::RunMode::Training), koila::RunMode::Training);
+  };
+  const auto dropout_loss = [&xs](double p, std::vector<Handle>& keep) {
+    keep.push_back(koila_models::lazy(xs, 0));
+    keep.push_back(CALL(koila_tanh, keep.back().get()));
+    keep.push_back(CALL(koila_dropout, keep.back().get(), p, 1));
+    keep.push_back(CALL(koila_mul, keep.back().get(), keep.back().get()));
+    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+  };
+  std::vector<Handle> keep;
+  const Handle none = dropout_loss(0.0, keep), half = dropout_loss(0.5, keep), tenth = dropout_loss(0.1, keep),
+               all = dropout_loss(1.0, keep);
+  EXPECT_NE(record_of(none), record_of(half));
+  EXPECT_NE(record_of(all), record_of(half));
+  EXPECT_EQ(record_of(tenth), record_of(half)) << "p strictly between 0 and 1 keeps the same tensors";
+  const uint64_t without = koila::estimate_extra(none->node, koila::RunMode::Training, -1);
+  const uint64_t with = koila::estimate_extra(half->node, koila::RunMode::Training, -1);
+  EXPECT_GE(with, without + 8 * 256 * 64 * 4) << "p = 0.5 keeps a mask of the input's size that p = 0 does not";
+
+  const auto attention_loss = [&xs](int causal, std::vector<Handle>& keep) {
+    keep.push_back(koila_models::lazy(xs, 0));
+    koila_tensor* q = keep.back().get();
+    keep.push_back(CALL(koila_scaled_dot_product_attention, q, q, q, nullptr, causal));
+    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+  };
+  EXPECT_NE(record_of(attention_loss(0, keep)), record_of(attention_loss(1, keep)));
+
+  // A permutation's order sets the strides of its result, which a reshape after it copies or not.
+  const auto permuted_loss = [](std::vector<int64_t> order, std::vector<Handle>& keep) {
+    keep.push_back(koila_models::lazy(at::randn({8, 64, 64}), 0));
+    keep.push_back(CALL(koila_permute, keep.back().get(), order.data(), order.size()));
+    const int64_t flat[2] = {8, 64 * 64};
+    keep.push_back(CALL(koila_reshape, keep.back().get(), flat, 2));
+    return CALL(koila_mean, keep.back().get(), nullptr, 0, 0);
+  };
+  EXPECT_NE(record_of(permuted_loss({0, 1, 2}, keep)), record_of(permuted_loss({0, 2, 1}, keep)));
+}
+
 TEST(Plan, FreeingTheGraphFreesItsTensors) {
   // The planner's memo lives with the graph and must not keep it alive.
   const uint64_t before = current_cpu();

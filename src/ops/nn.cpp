@@ -321,7 +321,8 @@ NodePtr scaled_dot_product_attention(const char* name, const NodePtr& query, con
   return build(
       OpSpec{.name = name,
              .run = [causal](const Tensors& in, const Node&) { return attention(in[0], in[1], in[2], in[3], causal); },
-             .batch = attention_batch},
+             .batch = attention_batch,
+             .signature = causal ? "causal" : ""},  // (the causal mask is made and applied)
       {query, key, value, mask});
 }
 

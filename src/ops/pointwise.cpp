@@ -170,7 +170,12 @@ NodePtr dropout(const char* name, const NodePtr& input, double p, bool on) {
   return build(OpSpec{.name = name,
                       .run = [p, on](const Tensors& in, const Node&) { return at::dropout(in[0], p, on); },
                       .probe_kernel = true,
-                      .signature = on ? "train" : "eval"},
+                      // What it keeps: nothing at p = 0 (its input passes through), only its
+                      // result at p = 1, a mask of its input's size in between.
+                      .signature = !on      ? "eval"
+                                   : p == 0 ? "train p=0"
+                                   : p == 1 ? "train p=1"
+                                            : "train"},
                {input});
 }
 

@@ -91,15 +91,17 @@ NodePtr permute(const char* name, const NodePtr& input, std::vector<int64_t> giv
     seen[d] = true;
     order.push_back(d);
   }
-  return build(OpSpec{.name = name,
-                      .run = [order](const Tensors& in, const Node&) { return in[0].permute(order); },
-                      .batch =
-                          [order](const Metas& in, const Meta&) {
-                            const int64_t b = in[0]->batch_dim;
-                            if (b < 0) return BatchResult{};
-                            return at_dim(std::find(order.begin(), order.end(), b) - order.begin());
-                          }},
-               {input});
+  OpSpec spec{.name = name,
+              .run = [order](const Tensors& in, const Node&) { return in[0].permute(order); },
+              .batch =
+                  [order](const Metas& in, const Meta&) {
+                    const int64_t b = in[0]->batch_dim;
+                    if (b < 0) return BatchResult{};
+                    return at_dim(std::find(order.begin(), order.end(), b) - order.begin());
+                  }};
+  // The order sets the result's strides, and so whether what follows copies it (a reshape).
+  for (int64_t d : order) spec.signature += std::to_string(d) + ",";
+  return build(std::move(spec), {input});
 }
 
 NodePtr transpose(const char* name, const NodePtr& input, int64_t d0, int64_t d1) {
@@ -111,7 +113,9 @@ NodePtr transpose(const char* name, const NodePtr& input, int64_t d0, int64_t d1
                           [a, b](const Metas& in, const Meta&) {
                             const int64_t bd = in[0]->batch_dim;
                             return at_dim(bd == a ? b : bd == b ? a : bd);
-                          }},
+                          },
+                      // (the dims set the result's strides, as permute's order does)
+                      .signature = std::to_string(std::min(a, b)) + "," + std::to_string(std::max(a, b))},
                {input});
 }
 

@@ -4,7 +4,9 @@
 //     node feeds which), in a table of the planner's, not on the node;
 //   - per graph structure (GraphRecord): estimates, probe measurements and the peaks of
 //     earlier runs, shared by every graph built the same way (same ops, shapes, dtypes,
-//     devices, batch dims, gradient flags and, for training, whether each .grad is absent,
+//     devices, batch dims, gradient flags, the arguments that change what an op keeps
+//     (OpSpec::signature: dropout's p, causal attention, a permutation's order, a module
+//     call's code and training flags) and, for training, whether each .grad is absent,
 //     all zeros or neither), so that a graph rebuilt every step is simulated and probed
 //     once, not every step; and, under Chunking::Fastest, how long runs of each chunk
 //     size took (fastest.h).
