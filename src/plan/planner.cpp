@@ -166,24 +166,39 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     const double saved_most = plain > most_known->extra ? static_cast<double>(plain - most_known->extra) : 0;
     if (modelled > 0 && saved_most > 0) scale = std::clamp(modelled / saved_most, 0.2, 5.0);
   }
+  // The choice's set for `to_free`, and its set off the hull where it offers one, simulated: the
+  // cheaper of those that fit, else the one that needs less.
+  const auto chosen = [&](uint64_t to_free, bool* is_most, uint64_t* modelled) -> std::optional<Recomputing> {
+    Ranges off_hull;
+    Ranges ranges = choose_ranges(base, normalized, saved, to_free, is_most, &off_hull);
+    if (modelled) *modelled = modelled_saving(base, normalized, saved, ranges);
+    std::optional<Recomputing> r = simulate(std::move(ranges));
+    if (!r || off_hull.empty()) return r;
+    const uint64_t modelled_off = modelled ? modelled_saving(base, normalized, saved, off_hull) : 0;
+    std::optional<Recomputing> other = simulate(std::move(off_hull));
+    const bool better = other && (other->fits ? !r->fits || other->plan->recomputed_cost < r->plan->recomputed_cost
+                                              : !r->fits && other->extra < r->extra);
+    if (!better) return r;
+    if (modelled) *modelled = modelled_off;
+    return other;
+  };
   std::optional<Recomputing> last;
   for (int attempt = 0; attempt < 6; ++attempt) {
     const uint64_t target = extra_that_fits(p, allocator);
     const double wanted = plain > target ? static_cast<double>(plain - target) : 0;
     bool is_most = false;
     const uint64_t to_free = static_cast<uint64_t>(std::min(wanted * scale * (attempt ? 1.05 : 1.0), 1.8e19));
-    Ranges ranges = choose_ranges(base, normalized, saved, to_free, &is_most);
-    const uint64_t modelled = modelled_saving(base, normalized, saved, ranges);
-    std::optional<Recomputing> r = simulate(std::move(ranges));
+    uint64_t modelled = 0;
+    std::optional<Recomputing> r = chosen(to_free, &is_most, &modelled);
     if (!r) return last;
     last = r;
     if (r->fits) {
       // The model errs (what autograd saves is not all the backward holds): a smaller request,
       // by bisection, may fit too, for less work.
       uint64_t lo = 0, hi = to_free;
-      for (int narrower = 0; narrower < 3 && hi - lo > hi / 16; ++narrower) {
+      for (int narrower = 0; narrower < 6 && hi - lo > hi / 64; ++narrower) {
         const uint64_t mid = lo + (hi - lo) / 2;
-        std::optional<Recomputing> cheaper = simulate(choose_ranges(base, normalized, saved, mid));
+        std::optional<Recomputing> cheaper = chosen(mid, nullptr, nullptr);
         if (cheaper && cheaper->fits && cheaper->plan->recomputed_cost < r->plan->recomputed_cost) {
           r = std::move(cheaper);
           hi = mid;

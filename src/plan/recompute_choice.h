@@ -13,7 +13,9 @@
 //
 // For a cap M on what one range frees, a dynamic program over the order finds the ranges of at
 // most M each that free the most for the least cost (maximizing freed - lambda * cost; lambda
-// searched by bisection for the cheapest set that frees what is asked plus M). The caps tried
+// searched by bisection for the cheapest set that frees what is asked plus M); a knapsack over
+// the same order, with bytes freed in 128ths of what is asked, finds the sets between two of
+// those that the Lagrangian search cannot (off_hull). The caps tried
 // are a geometric series; the cheapest answer over them wins. This is the linearized form of
 // Checkmate's problem (Jain et al., MLSys 2020) that Rockmate and Chen et al.'s sqrt(n) work with,
 // solved exactly per cap and lambda instead of by a MILP: fast enough to run at a plan (a graph of
@@ -40,8 +42,12 @@ using Ranges = std::vector<std::pair<size_t, size_t>>;
 // given) is set when no set of ranges frees that much: the ranges returned are then those that
 // free the most.
 // `saved`: for each position, the bytes autograd saves of that value (saved_by_autograd).
+// `off_hull` (when given) gets a cheaper set that frees as much in the model, found by a
+// knapsack where the Lagrangian search (which finds only sets on the lower convex hull of cost
+// against bytes freed) jumps past it; empty where there is none. The model errs: the planner
+// simulates both.
 Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, uint64_t to_free,
-                     bool* most = nullptr);
+                     bool* most = nullptr, Ranges* off_hull = nullptr);
 
 // What a set of ranges frees in the model (beyond the largest range's), for the planner's
 // corrections.
