@@ -657,7 +657,10 @@ KOILA_API koila_status *koila_binary_cross_entropy_with_logits(koila_tensor **ou
 /* Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [...,
    S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the
    positions that are true, a floating mask is added. is_causal masks j > i; it may be
-   combined with attn_mask. */
+   combined with attn_mask. On the CPU with LibTorch 2.x it runs PyTorch's own
+   scaled_dot_product_attention (flash attention where PyTorch takes it, which keeps no [L,
+   S] weights for the backward); with both a mask and is_causal, on other devices and with
+   LibTorch 1.13, the weights are computed and kept. */
 KOILA_API koila_status *koila_scaled_dot_product_attention(koila_tensor **out, const koila_tensor *q,
                                                            const koila_tensor *k, const koila_tensor *v,
                                                            const koila_tensor *attn_mask,

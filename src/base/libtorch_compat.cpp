@@ -1,5 +1,6 @@
 #include "base/libtorch_compat.h"
 
+#include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 #include <string>
@@ -43,6 +44,18 @@ void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param
     states[state_key(param)] = std::move(state);
   else
     states.erase(state_key(param));
+}
+
+bool fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, bool causal,
+                     at::Tensor* out) {
+#if TORCH_VERSION_MAJOR >= 2
+  *out = at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0,
+                                          causal);
+  return true;
+#else
+  (void)q, (void)k, (void)v, (void)mask, (void)causal, (void)out;
+  return false;
+#endif
 }
 
 }  // namespace koila::compat

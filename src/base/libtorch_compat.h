@@ -127,4 +127,10 @@ class CudaIeeePrecision {
 #endif
 };
 
+// PyTorch's fused scaled_dot_product_attention (flash attention on the CPU, no [L, S] weights
+// kept) exists from 2.0. Where it does, its result for q, k, v, an optional mask (undefined:
+// none) and the causal flag, and true; false (nothing computed) in 1.13.
+bool fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, bool causal,
+                     at::Tensor* out);
+
 }  // namespace koila::compat

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include "base/libtorch_compat.h"
+#include "graph/rnn_meta.h"
 #include "kernels/batch_stats.h"
 #include "kernels/fused_grads.h"
 #include "ops/common.h"
@@ -133,11 +135,33 @@ NodePtr pool(const char* name, const NodePtr& input, std::vector<int64_t> k, std
       {input});
 }
 
-// q [..., L, E] @ k [..., S, E]^T, masked, softmax, @ v [..., S, Ev]. Spelled out rather
-// than calling at::scaled_dot_product_attention, which LibTorch 1.13 lacks; the result is
-// the same on every version.
+// q [..., L, E] @ k [..., S, E]^T, masked, softmax, @ v [..., S, Ev]. On LibTorch 2.x on the
+// CPU (real tensors, or meta ones simulating the CPU: graph/attention_meta.h), PyTorch's own
+// scaled_dot_product_attention, which takes flash attention where it applies (4-D, no
+// dropout) and keeps one logsumexp per query instead of the [L, S] weights: 16 MiB less a
+// layer at 1024 positions and one head, four times that at twice the length. Elsewhere
+// (LibTorch 1.13, which lacks it; CUDA, whose choice of kernels the simulation does not
+// follow yet: issue 50's GPU check) and for a mask with causal (which PyTorch refuses),
+// spelled out as the composite does.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      bool causal) {
+  const bool cpu = q.is_cpu() || (q.is_meta() && simulating_cpu());
+  if (cpu && !(causal && mask.defined()) && q.dim() <= 4 && k.dim() == q.dim() && v.dim() == q.dim()) {
+    // Flash attention takes [N, heads, L, E]: fewer dims gain heads of one (and a mask that
+    // spans the leading dims gains its dim too), taken away after.
+    const int64_t added = 4 - q.dim();
+    const auto four = [added](at::Tensor t) {
+      for (int64_t i = 0; i < added; ++i) t = t.unsqueeze(-3);
+      return t;
+    };
+    at::Tensor m = mask;
+    if (m.defined() && m.dim() >= 3) m = four(m);
+    at::Tensor fused;
+    if (compat::fused_attention(four(q), four(k), four(v), m, causal, &fused)) {
+      for (int64_t i = 0; i < added; ++i) fused = fused.squeeze(-3);
+      return fused;
+    }
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
   if (causal) {

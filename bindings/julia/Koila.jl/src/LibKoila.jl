@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: f598782237af9404f5123cec4f3127c99d2da583aa97289cc94d4bedbfd139fd
+# Header sha256: da3857c55abc29e6cd28b2244b2f8ee6e4fd27c6ebaab9d5f083919efbda2ce8
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -1992,7 +1992,7 @@ end
 
 C: `koila_status *koila_scaled_dot_product_attention(koila_tensor **out, const koila_tensor *q, const koila_tensor *k, const koila_tensor *v, const koila_tensor *attn_mask, int is_causal);`
 
-Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [..., S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the positions that are true, a floating mask is added. is_causal masks j > i; it may be combined with attn_mask.
+Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [..., S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the positions that are true, a floating mask is added. is_causal masks j > i; it may be combined with attn_mask. On the CPU with LibTorch 2.x it runs PyTorch's own scaled_dot_product_attention (flash attention where PyTorch takes it, which keeps no [L, S] weights for the backward); with both a mask and is_causal, on other devices and with LibTorch 1.13, the weights are computed and kept.
 """
 function koila_scaled_dot_product_attention(out, q, k, v, attn_mask, is_causal)
     fptr = _fptr_koila_scaled_dot_product_attention[]

@@ -1101,7 +1101,10 @@ extern "C" {
     #[doc = " Attention: softmax(q k^T / sqrt(E) + mask) v with q [..., L, E], k [..., S, E], v [...,"]
     #[doc = "S, Ev]. attn_mask (optional) broadcasts to [..., L, S]: a KOILA_BOOL mask keeps the"]
     #[doc = "positions that are true, a floating mask is added. is_causal masks j > i; it may be"]
-    #[doc = "combined with attn_mask."]
+    #[doc = "combined with attn_mask. On the CPU with LibTorch 2.x it runs PyTorch's own"]
+    #[doc = "scaled_dot_product_attention (flash attention where PyTorch takes it, which keeps no [L,"]
+    #[doc = "S] weights for the backward); with both a mask and is_causal, on other devices and with"]
+    #[doc = "LibTorch 1.13, the weights are computed and kept."]
     pub fn koila_scaled_dot_product_attention(
         out: *mut *mut koila_tensor,
         q: *const koila_tensor,
