@@ -1,8 +1,10 @@
 #include "graph/attention_meta.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
@@ -80,6 +82,27 @@ bool same_names(const c10::FunctionSchema& s, const std::vector<std::string>& na
   return true;
 }
 
+// The blocks the CPU's flash kernels split the queries and keys into: queries by 256 from 768
+// of them, by 64 from 192, else by 32; keys by 512 (or fewer where there are fewer).
+int64_t query_block(int64_t queries) {
+  return std::min<int64_t>(queries, queries >= 768 ? 256 : queries >= 192 ? 64 : 32);
+}
+int64_t key_block(int64_t keys) { return std::min<int64_t>(keys, 512); }
+
+// The working memory each of the intra-op threads gets while a flash kernel runs (every thread
+// of the pool, whether it gets work or not), allocated and freed inside the kernel: `per_thread`
+// elements of the accumulation dtype, and `reduced` of the query's own where it is a reduced
+// float (half, bfloat16). At 1024 positions the backward's is 1 MiB a thread: 2 MiB on 2 cores,
+// 16 MiB on 16, which the simulation left out (a recomputing transformer ran 2 MiB over its
+// estimate).
+void hold_thread_blocks(const at::Tensor& q, int64_t per_thread, int64_t reduced) {
+  const int64_t threads = at::get_num_threads();
+  const at::Tensor accumulated = at::empty({threads, per_thread}, q.options().dtype(accumulation(q.scalar_type())));
+  if (accumulation(q.scalar_type()) != q.scalar_type()) {
+    const at::Tensor narrow = at::empty({threads, reduced}, q.options());
+  }
+}
+
 }  // namespace
 
 // _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
@@ -93,6 +116,9 @@ void flash_attention_for_cpu_meta(const c10::OperatorHandle&, Stack* stack) {
   const at::Tensor out = at::empty({batch, heads, queries, v.size(3)}, q.options());
   const at::Tensor logsumexp =
       at::empty({batch, queries, heads}, q.options().dtype(accumulation(q.scalar_type()))).transpose(1, 2);
+  // Per thread: a block of scores, its maxima and sums, and a block of the output.
+  const int64_t qb = query_block(queries), kb = key_block(k.size(2));
+  hold_thread_blocks(q, qb * kb + 2 * qb + qb * q.size(3), qb * kb);
   finish(stack, 7, {out, logsumexp});
 }
 
@@ -113,6 +139,9 @@ void flash_attention_for_cpu_backward_meta(const c10::OperatorHandle&, Stack* st
     return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
   };
   const at::Tensor gq = like(q), gk = like(k), gv = like(v);
+  // Per thread: a block of the attention weights and one of their gradients.
+  const int64_t blocks = 2 * query_block(q.size(2)) * key_block(k.size(2));
+  hold_thread_blocks(q, blocks, blocks);
   finish(stack, 10, {gq, gk, gv});
 }
 
