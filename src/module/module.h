@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/structure_key.h"
 #include "graph/graph.h"
 #include "module/exported.h"
 
@@ -47,7 +48,7 @@ struct LoadedModule {
   // A fingerprint of the runnable's code (every method graph of it and its submodules), made
   // with it: calls of modules of one class name but other code are other structures to the
   // planner's records (plan/memo.h), which would otherwise estimate one by the other's figures.
-  uint64_t code = 0;
+  StructureKey code = {};
   // What the inference of its calls found, per structure of call (made at the first call).
   std::shared_ptr<module_detail::InferenceMemo> inference_memo = nullptr;
   // Set for an exported program (.pt2): what the module cannot say of itself.

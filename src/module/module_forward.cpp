@@ -3,7 +3,6 @@
 #include "module/module.h"
 
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,17 +59,16 @@ namespace {
 
 // A fingerprint of the code `module` runs: the text of every method graph of it and of its
 // submodules (LoadedModule::code).
-uint64_t code_fingerprint(const torch::jit::Module& module) {
-  uint64_t h = 1469598103934665603ULL;
-  const auto add = [&h](const std::string& text) { h = (h ^ std::hash<std::string>{}(text)) * 1099511628211ULL; };
+StructureKey code_fingerprint(const torch::jit::Module& module) {
+  StructureKey key;
   for (const torch::jit::Module& sub : module.modules()) {
-    add(sub.type()->name() ? sub.type()->name()->qualifiedName() : std::string());
+    key.add(sub.type()->name() ? sub.type()->name()->qualifiedName() : std::string());
     for (const torch::jit::Method& method : sub.get_methods()) {
-      add(method.name());
-      add(method.graph()->toString(/*print_source_locations=*/false));
+      key.add(method.name());
+      key.add(method.graph()->toString(/*print_source_locations=*/false));
     }
   }
-  return h;
+  return key;
 }
 
 // Builds what a call of `m` on `inputs` shares (checked; `all`: koila_module_forward_all)
@@ -100,7 +98,7 @@ std::shared_ptr<Call> prepare_call(LoadedModule& m, const std::vector<NodePtr>& 
   }
   call->module = module_detail::twin(*m.runnable, m.module, [](const at::Tensor& t) { return t; });
   // Which submodules train (dropout masks, batch statistics) changes the memory a call needs.
-  signature = call->name + "#" + std::to_string(m.code) + ":" + collect_state(*call);
+  signature = call->name + "#" + std::to_string(m.code.a) + "." + std::to_string(m.code.b) + ":" + collect_state(*call);
   if (!m.inference_memo) m.inference_memo = std::make_shared<InferenceMemo>();
   return call;
 }

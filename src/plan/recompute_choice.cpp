@@ -139,7 +139,6 @@ std::optional<Solution> knapsack(const Model& m, double cap, double need, double
   std::vector<double> best((m.n + 1) * width, kNone);
   std::vector<int64_t> from((m.n + 1) * width, -1);
   best[0] = 0;
-  for (size_t b = 1; b < width; ++b) best[b] = kNone;
   for (size_t r = 0; r < m.n; ++r) {
     double* next = &best[(r + 1) * width];
     std::copy(&best[r * width], &best[r * width] + width, next);
@@ -237,7 +236,7 @@ Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<
       std::optional<Solution> k = knapsack(m, cap, need, &work);
       if (k && k->saving() >= need && (!best || k->cost < best->cost)) best = std::move(k);
     }
-    if (best && best->cost < cheapest->cost && best->ranges != cheapest->ranges) *off_hull = std::move(best->ranges);
+    if (best && best->cost < cheapest->cost) *off_hull = std::move(best->ranges);
   }
   if (cheapest) return cheapest->ranges;
   if (most) *most = true;
