@@ -103,9 +103,15 @@ struct GraphRecord {
   // the most extra bytes planned runs measured.
   std::map<std::pair<int64_t, uint64_t>, Simulated> recomputed;
   std::map<std::pair<int64_t, uint64_t>, uint64_t> observed_recomputed;
-  // The ranges recomputed, chosen for (chunk, room), and those that free the most, by chunk:
-  // plans of every step choose once. What autograd saves of each value, by chunk.
-  std::map<std::pair<int64_t, uint64_t>, std::vector<std::pair<size_t, size_t>>> recompute_choices;
+  // The ranges recomputed, chosen for (chunk, room), with their cost (RecomputePlan::
+  // recomputed_cost), and those that free the most, by chunk: plans of every step choose once,
+  // and a plan with more room than another's starts from the cheapest choice that fits it. What
+  // autograd saves of each value, by chunk.
+  struct RecomputeChoice {
+    std::vector<std::pair<size_t, size_t>> ranges;
+    double cost = 0;
+  };
+  std::map<std::pair<int64_t, uint64_t>, RecomputeChoice> recompute_choices;
   std::map<int64_t, std::vector<std::pair<size_t, size_t>>> most_recomputed;
   std::map<int64_t, std::vector<double>> saved_by_autograd;
   ChunkTimings timings;             // Chunking::Fastest: the candidates' timed runs (fastest.h)
