@@ -1,14 +1,15 @@
 // Recomputation under a budget (issue 51): for each model, one sample (a long sequence, a
 // large image), a training step unconstrained (recomputation off, unsplit), then under budgets of
-// 1/2 and 1/4 of the activation memory (what the unconstrained step took beyond what was in use)
-// and at the least budget that plans, recomputing as koila chooses. Prints per row the budget,
-// what the plan recomputes and its estimated extra forward work, the median step time against
-// the unconstrained step's, and the measured peak (koila's allocator) against the budget; and what
-// the plan's peak is made of (its timeline's parts): the activations held then (kept and
-// recomputed), the temporaries (gradients of activations in flight) and what the estimate adds
-// beyond its simulation (kernels' workspaces that earlier runs showed).
+// 1/2 and 1/4 of the activation memory (what the unconstrained step took beyond what was in use
+// and its parameters' gradients) and at the least budget that plans, recomputing as koila chooses (each beside the
+// parameters' gradients, which no recomputation frees: they are not activations). Prints per row the budget, what the
+// plan recomputes and its estimated extra forward work, the median step time against the unconstrained step's, and the
+// measured peak (koila's allocator) against the budget; and what the plan's peak is made of (its timeline's parts): the
+// activations held then (kept and recomputed), the temporaries (gradients of activations in flight) and what the
+// estimate adds beyond its simulation (kernels' workspaces that earlier runs showed).
 //
-//   usage: bench_recompute [repeats]        (default 3; a warm-up step before each)
+//   usage: bench_recompute [repeats [model...]]   (default 3; a warm-up step before each; every
+//                                                  model unless some are named)
 //
 // Each constrained step is timed right after an unconstrained one, and its ratio taken against
 // the median of those (the machine's speed drifts by more than the differences measured).
@@ -20,6 +21,10 @@
 //   unet         three levels (16, 32, 64 channels; 2x2 max pooling; nearest upsampling by 2; skip
 //                connections concatenated), 128x128
 //   mlp          24 x (linear 256 -> 256, gelu) over 2048 positions
+//   resnet34     torchvision's resnet34 (batch norm in training), one 512 x 512 image
+//   unet-bn      milesial/Pytorch-UNet's U-Net (batch norm in training) at half its widths, 256 x 256
+// The first four are small enough to time quickly and to see every part of a plan in; the last
+// two are real architectures, whose activations are dominated by their first layers.
 // The loss is the mean of the output's squares. bench/recompute_checkpoint.py runs the same
 // models in PyTorch with torch.utils.checkpoint, as the reference.
 #include <ATen/ATen.h>
@@ -68,10 +73,26 @@ struct Builder {
     koila_tensor* b = param({out}, 0.0);
     return op(koila_linear, x, w, b);
   }
-  koila_tensor* conv(koila_tensor* x, int64_t in, int64_t out) {
-    koila_tensor* w = param({out, in, 3, 3}, 1.0 / std::sqrt(9.0 * static_cast<double>(in)));
-    const int64_t stride[2] = {1, 1}, padding[2] = {1, 1}, dilation[2] = {1, 1};
+  koila_tensor* conv(koila_tensor* x, int64_t in, int64_t out, int64_t kernel = 3, int64_t step = 1) {
+    const double fan_in = static_cast<double>(kernel * kernel * in);
+    koila_tensor* w = param({out, in, kernel, kernel}, 1.0 / std::sqrt(fan_in));
+    const int64_t stride[2] = {step, step}, padding[2] = {kernel / 2, kernel / 2}, dilation[2] = {1, 1};
     return op(koila_conv2d, x, w, static_cast<const koila_tensor*>(nullptr), stride, padding, dilation, int64_t{1});
+  }
+  // Batch norm in training (batch statistics; running statistics updated), as nn.BatchNorm2d.
+  koila_tensor* batch_norm(koila_tensor* x, int64_t channels) {
+    koila_tensor* g = param({channels}, 0.0);
+    at::Tensor(params.back()).detach().fill_(1.0);
+    koila_tensor* b = param({channels}, 0.0);
+    keep.push_back(koila_models::share(at::zeros({channels})));
+    koila_tensor* mean = keep.back().get();
+    keep.push_back(koila_models::share(at::ones({channels})));
+    koila_tensor* var = keep.back().get();
+    return op(koila_batch_norm, x, g, b, mean, var, 1, 0.1, 1e-5);
+  }
+  // conv, batch norm, relu: the unit of torchvision's ResNets and of U-Nets' double convolutions.
+  koila_tensor* conv_bn_relu(koila_tensor* x, int64_t in, int64_t out, int64_t kernel = 3, int64_t step = 1) {
+    return op(koila_relu, batch_norm(conv(x, in, out, kernel, step), out));
   }
   koila_tensor* layer_norm(koila_tensor* x, int64_t width) {
     koila_tensor* g = param({width}, 0.0);
@@ -126,6 +147,34 @@ koila_tensor* resnet(Builder& b) {
   return b.loss(x);
 }
 
+// torchvision's resnet34 (BasicBlocks of 3, 4, 6, 3 in four stages of 64 to 512 channels, each
+// stage after the first halving the side with a 1x1 projection on its first block's skip; a 7x7
+// stride-2 stem, batch norm, relu and 3x3 stride-2 max pooling; average pooling and a linear
+// layer to 1000 classes), one 512 x 512 image.
+koila_tensor* resnet34(Builder& b) {
+  b.keep.push_back(koila_models::lazy(at::randn({1, 3, 512, 512}), 0));
+  koila_tensor* x = b.conv_bn_relu(b.keep.back().get(), 3, 64, 7, 2);
+  const int64_t kernel[2] = {3, 3}, stride[2] = {2, 2}, padding[2] = {1, 1};
+  x = b.op(koila_max_pool2d, x, kernel, stride, padding, 0);
+  const int blocks[4] = {3, 4, 6, 3};
+  int64_t in = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t width = int64_t{64} << stage;
+    for (int block = 0; block < blocks[stage]; ++block) {
+      const int64_t step = stage > 0 && block == 0 ? 2 : 1;
+      koila_tensor* h = b.batch_norm(b.conv(b.conv_bn_relu(x, in, width, 3, step), width, width), width);
+      koila_tensor* skip = step == 1 ? x : b.batch_norm(b.conv(x, in, width, 1, step), width);
+      x = b.op(koila_relu, b.op(koila_add, skip, h));
+      in = width;
+    }
+  }
+  const int64_t one[2] = {1, 1};
+  x = b.op(koila_adaptive_avg_pool2d, x, one);
+  const int64_t flat[2] = {1, 512};
+  x = b.op(koila_reshape, x, flat, size_t{2});
+  return b.loss(b.linear(x, 512, 1000));
+}
+
 koila_tensor* unet(Builder& b) {
   const int64_t side = 128;
   b.keep.push_back(koila_models::lazy(at::randn({1, 3, side, side}), 0));
@@ -152,6 +201,33 @@ koila_tensor* unet(Builder& b) {
     in = w;
   }
   return b.loss(b.conv(x, in, 1));
+}
+
+// The U-Net of Ronneberger et al. as it is usually written now (milesial/Pytorch-UNet, at half its
+// widths, nearest upsampling): double convolutions (conv 3x3, batch norm, relu, twice) at 32, 64,
+// 128, 256 and 512 channels, 2x2 max pooling down, upsampling by 2, the skip concatenated and a
+// double convolution up, a 1x1 convolution to 2 classes; one 256 x 256 image.
+koila_tensor* unet_bn(Builder& b) {
+  b.keep.push_back(koila_models::lazy(at::randn({1, 3, 256, 256}), 0));
+  koila_tensor* x = b.keep.back().get();
+  const int64_t kernel[2] = {2, 2}, stride[2] = {2, 2}, padding[2] = {0, 0};
+  const auto twice = [&](koila_tensor* v, int64_t in, int64_t out) {
+    return b.conv_bn_relu(b.conv_bn_relu(v, in, out), out, out);
+  };
+  std::vector<koila_tensor*> skips;
+  x = twice(x, 3, 32);
+  int64_t in = 32;
+  for (int level = 1; level <= 4; ++level) {
+    skips.push_back(x);
+    x = twice(b.op(koila_max_pool2d, x, kernel, stride, padding, 0), in, 2 * in);
+    in *= 2;
+  }
+  for (int level = 3; level >= 0; --level) {
+    koila_tensor* const both[2] = {skips[static_cast<size_t>(level)], b.upsample(x)};
+    x = twice(b.op(koila_cat, both, size_t{2}, int64_t{1}), in + in / 2, in / 2);
+    in /= 2;
+  }
+  return b.loss(b.conv(x, in, 2, 1));
 }
 
 koila_tensor* mlp(Builder& b) {
@@ -285,12 +361,21 @@ Step step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   at::manual_seed(0);
-  const std::vector<Model> models = {
+  std::vector<Model> models = {
       {"transformer", "1 x 1024 x 128, 6 layers", transformer},
       {"resnet", "1 x 3 x 128 x 128, 8 blocks", resnet},
       {"unet", "1 x 3 x 128 x 128, 3 levels", unet},
       {"mlp", "1 x 2048 x 256, 24 layers", mlp},
+      {"resnet34", "1 x 3 x 512 x 512, torchvision's layout", resnet34},
+      {"unet-bn", "1 x 3 x 256 x 256, 5 levels of 32-512 channels", unet_bn},
   };
+  if (argc > 2) {  // only the models named
+    std::vector<Model> named;
+    for (const Model& m : models)
+      for (int i = 2; i < argc; ++i)
+        if (m.name == std::string(argv[i])) named.push_back(m);
+    models = named;
+  }
   std::printf("koila recomputation: one sample per step, CPU, median of %d steps (after a warm-up)\n\n", repeats);
   std::printf(
       "| model | budget | budget MiB | chunks | recomputed MiB | extra forward work (est.) | step ms | x unconstrained "
@@ -305,22 +390,41 @@ int main(int argc, char** argv) {
     const uint64_t in_use = bench::memory("cpu").current;
     double free_seconds = 0;
     const Step free = step(b, loss, 0, KOILA_RECOMPUTE_OFF, repeats, &free_seconds);
-    const uint64_t activations = free.peak;  // what the unconstrained step took beyond what was in use
+    // What the unconstrained step took beyond what was in use, less the parameters' gradients
+    // (which every plan makes, and no recomputation frees): the activations (and the gradients of
+    // activations in flight), of which the budgets below allow fractions beside those gradients.
+    uint64_t gradients = 0;
+    for (const at::Tensor& param : b.params) gradients += static_cast<uint64_t>(param.numel() * param.element_size());
+    const uint64_t activations = free.peak > gradients ? free.peak - gradients : free.peak;
+    const uint64_t floor = in_use + gradients;
     std::printf("| %s (%s) | unconstrained | - | 1 | 0 | - | %.0f | 1.00 | %.1f | %.1f | %s | %.1f | - |\n", m.name,
                 m.shape.c_str(), 1e3 * free.seconds, 1e3 * free.plan_seconds, mib(free.estimate), free.parts.c_str(),
                 mib(in_use + free.peak));
     set_recompute(KOILA_RECOMPUTE_AS_NEEDED);
-    // The least budget that plans, to 1% of the activation memory.
-    uint64_t lo = in_use, hi = in_use + activations * 2;
-    while (hi - lo > activations / 100 + 1) {
-      const uint64_t mid = lo + (hi - lo) / 2;
-      (plans(b, loss, mid) ? hi : lo) = mid;
+    // The least budget that plans, to 1% of the activation memory; found again after a step under
+    // it, which shows what the kernels take beyond their simulation where a recomputing run
+    // peaks (the CPU's oneDNN convolutions: unet-bn), as a user's second step finds it.
+    const auto least = [&] {
+      uint64_t lo = in_use, hi = floor + activations * 2;
+      while (hi - lo > activations / 100 + 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        (plans(b, loss, mid) ? hi : lo) = mid;
+      }
+      return hi;
+    };
+    uint64_t hi = least();
+    {
+      double seconds = 0;
+      uint64_t peak = 0;
+      std::string error;
+      one_step(b, loss, hi, KOILA_RECOMPUTE_AS_NEEDED, &seconds, &peak, &error);  // (it may run out: then refused)
+      hi = least();
     }
     const struct {
       const char* label;
       uint64_t budget;
-    } budgets[] = {{"1/2 of activations", in_use + activations / 2},
-                   {"1/4 of activations", in_use + activations / 4},
+    } budgets[] = {{"1/2 of activations", floor + activations / 2},
+                   {"1/4 of activations", floor + activations / 4},
                    {"least that plans", hi}};
     for (const auto& row : budgets) {
       if (!plans(b, loss, row.budget)) {
@@ -330,6 +434,7 @@ int main(int argc, char** argv) {
       double unconstrained = 0;
       const Step s = step(b, loss, row.budget, KOILA_RECOMPUTE_AS_NEEDED, repeats, &unconstrained);
       if (!s.ran) {
+        std::fprintf(stderr, "%s: %s\n", m.name, s.error.c_str());
         const bool ran_out = s.error.find("out of memory within") != std::string::npos;
         std::printf("| %s | %s | %.1f | %lld | %.1f | %s | %s | | | %.1f | %s | | %s |\n", m.name, row.label,
                     mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed), s.work.c_str(),
@@ -338,7 +443,8 @@ int main(int argc, char** argv) {
         continue;
       }
       std::printf("| %s | %s (%.2f) | %.1f | %lld | %.1f | %s | %.0f | %.2f | %.1f | %.1f | %s | %.1f | %s |\n", m.name,
-                  row.label, static_cast<double>(row.budget - in_use) / static_cast<double>(activations),
+                  row.label,
+                  row.budget > floor ? static_cast<double>(row.budget - floor) / static_cast<double>(activations) : 0.0,
                   mib(row.budget), static_cast<long long>(s.chunks), mib(s.recomputed),
                   s.work.empty() ? "0%" : s.work.c_str(), 1e3 * s.seconds, s.seconds / unconstrained,
                   1e3 * s.plan_seconds, mib(s.estimate), s.parts.c_str(), mib(in_use + s.peak),

@@ -3,11 +3,11 @@
 reference its table is read against): one sample, a training step unconstrained and with
 checkpoints, CPU, median of N steps after a warm-up.
 
-usage: recompute_checkpoint.py [repeats]     (a python3 with torch: Debian's python3-torch, or
+usage: recompute_checkpoint.py [repeats [model...]]   (a python3 with torch: Debian's python3-torch, or
                                               the torch 2.14.1 venv of scripts/setup_torch2.sh)
 
 Checkpoints are PyTorch's usual ones: every transformer layer, every residual block, every
-U-Net level (encoder and decoder), and checkpoint_sequential over the MLP in sqrt(24) ~ 5
+U-Net level (encoder and decoder; every double convolution), and checkpoint_sequential over the MLP in sqrt(24) ~ 5
 segments. The memory is the step's peak resident set beyond what was resident before it
 (/proc/self/status VmHWM, reset through /proc/self/clear_refs), with large allocations
 mmapped (MALLOC_MMAP_THRESHOLD_=65536, set by re-executing itself) so that freed tensors leave
@@ -142,6 +142,63 @@ class UNet(nn.Module):
         return self.out(x)
 
 
+class ResNet34(nn.Module):
+    """torchvision's resnet34, a checkpoint per BasicBlock."""
+
+    shape = (1, 3, 512, 512)
+
+    def __init__(self):
+        super().__init__()
+        import torchvision
+
+        self.net = torchvision.models.resnet34()
+
+    def forward(self, x, checkpointed):
+        n = self.net
+        x = n.maxpool(n.relu(n.bn1(n.conv1(x))))
+        for stage in (n.layer1, n.layer2, n.layer3, n.layer4):
+            for block in stage:
+                x = ckpt(block, x) if checkpointed else block(x)
+        return n.fc(torch.flatten(n.avgpool(x), 1))
+
+
+class DoubleBN(nn.Module):
+    def __init__(self, i, o):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(),
+                                 nn.Conv2d(o, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+
+    def forward(self, x):
+        return self.seq(x)
+
+
+class UNetBN(nn.Module):
+    """The U-Net as milesial/Pytorch-UNet writes it (double convolutions with batch norm, five
+    levels), at half its widths (32 to 512 channels), nearest upsampling; a checkpoint per double
+    convolution."""
+
+    shape = (1, 3, 256, 256)
+
+    def __init__(self):
+        super().__init__()
+        w = [32, 64, 128, 256, 512]
+        self.down = nn.ModuleList([DoubleBN(3, w[0])] + [DoubleBN(w[i], w[i + 1]) for i in range(4)])
+        self.up = nn.ModuleList([DoubleBN(w[i + 1] + w[i], w[i]) for i in reversed(range(4))])
+        self.out = nn.Conv2d(w[0], 2, 1, bias=False)
+
+    def forward(self, x, checkpointed):
+        run = (lambda m, *a: ckpt(m, *a)) if checkpointed else (lambda m, *a: m(*a))
+        skips = []
+        for i, d in enumerate(self.down):
+            if i > 0:
+                skips.append(x)
+                x = F.max_pool2d(x, 2)
+            x = run(d, x)
+        for u, s in zip(self.up, reversed(skips)):
+            x = run(u, torch.cat([s, F.interpolate(x, scale_factor=2, mode="nearest")], 1))
+        return self.out(x)
+
+
 class Mlp(nn.Module):
     shape = (1, 2048, 256)
 
@@ -156,6 +213,11 @@ class Mlp(nn.Module):
             except TypeError:  # (older PyTorch without use_reentrant)
                 return checkpoint_sequential(self.seq, int(round(math.sqrt(24))), x)
         return self.seq(x)
+
+
+def models():
+    return (("transformer", Transformer), ("resnet", ResNet), ("unet", UNet), ("mlp", Mlp),
+            ("resnet34", ResNet34), ("unet-bn", UNetBN))
 
 
 def step(model, x, checkpointed):
@@ -178,7 +240,9 @@ def main():
           % (torch.__version__, repeats))
     print("| model | run | step ms | x unconstrained | peak MiB (resident, beyond before the step) | of unconstrained |")
     print("|---|---|---:|---:|---:|---:|")
-    for name, cls in (("transformer", Transformer), ("resnet", ResNet), ("unet", UNet), ("mlp", Mlp)):
+    for name, cls in models():
+        if len(sys.argv) > 2 and name not in sys.argv[2:]:
+            continue
         model = cls()
         x = torch.randn(*cls.shape)
         results = {}
