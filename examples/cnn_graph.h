@@ -1,6 +1,7 @@
 /* The loss graph of the examples that train the TorchScript CNN on synthetic images
    (train_resume.c, train_ddp.c): samples first .. first + length of a pool made by
-   synthetic_images, lazy along the batch, through the module, into a MEAN cross entropy. */
+   synthetic_images, lazy along the batch, through the module, into a MEAN cross entropy, on
+   `device` (the module's). */
 #ifndef KOILA_EXAMPLE_CNN_GRAPH_H
 #define KOILA_EXAMPLE_CNN_GRAPH_H
 
@@ -23,15 +24,15 @@ static void cnn_graph_check(koila_status* s, const char* what) {
 }
 
 static void build_cnn_graph(struct cnn_graph* g, koila_module* net, const float* images, const int64_t* labels,
-                            int64_t first, int64_t length) {
+                            int64_t first, int64_t length, const char* device) {
   const int64_t image_shape[4] = {length, 3, 32, 32}, label_shape[1] = {length};
   memset(g, 0, sizeof *g);
   cnn_graph_check(koila_tensor_from_data(&g->images, images + first * SYNTHETIC_PIXELS,
                                          (size_t)(length * SYNTHETIC_PIXELS) * sizeof *images, KOILA_FLOAT32,
-                                         image_shape, 4, "cpu"),
+                                         image_shape, 4, device),
                   "images");
   cnn_graph_check(koila_tensor_from_data(&g->labels, labels + first, (size_t)length * sizeof *labels, KOILA_INT64,
-                                         label_shape, 1, "cpu"),
+                                         label_shape, 1, device),
                   "labels");
   cnn_graph_check(koila_lazy(&g->x, g->images, 0), "koila_lazy");
   cnn_graph_check(koila_lazy(&g->y, g->labels, 0), "koila_lazy");

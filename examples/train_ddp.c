@@ -16,8 +16,12 @@
      machine 1: the same with --node-rank 1
    DIR must be the same folder for every worker (a shared one across machines).
 
+   On GPUs, with NCCL (each worker on cuda:LOCAL_RANK; a koila built with NCCL):
+     KOILA_EXAMPLE_BACKEND=nccl torchrun --nproc-per-node 4 --no-python ./koila_example_train_ddp ...
+
    usage: koila_example_train_ddp CNN.pt DIR [steps] [save_every] [batch] [sgd|adam]
-   (KOILA_EXAMPLE_TIMEOUT_MS: the group's timeout, default 60000) */
+   (KOILA_EXAMPLE_TIMEOUT_MS: the group's timeout, default 60000; KOILA_EXAMPLE_BACKEND: gloo,
+   the default, on the CPU, or nccl on the worker's GPU) */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +62,8 @@ int main(int argc, char **argv) {
   const long steps = argc > 3 ? atol(argv[3]) : 12, save_every = argc > 4 ? atol(argv[4]) : 3;
   const int64_t batch = argc > 5 ? atoll(argv[5]) : 30, pool = 4 * batch;
   const char *optimizer = argc > 6 ? argv[6] : "sgd";
+  const char *backend = getenv("KOILA_EXAMPLE_BACKEND") ? getenv("KOILA_EXAMPLE_BACKEND") : "gloo";
+  char device[32] = "cpu";
   int world, local;
   int64_t start, length;
   float *images;
@@ -72,19 +78,24 @@ int main(int argc, char **argv) {
   uint64_t current = 0, budget = 0;
 
   if (cnn == NULL || dir == NULL || steps < 1 || save_every < 1 || batch < 1 ||
-      (strcmp(optimizer, "sgd") != 0 && strcmp(optimizer, "adam") != 0)) {
-    fprintf(stderr, "usage: %s CNN.pt DIR [steps >= 1] [save_every >= 1] [batch >= 1] [sgd|adam]\n", argv[0]);
+      (strcmp(optimizer, "sgd") != 0 && strcmp(optimizer, "adam") != 0) ||
+      (strcmp(backend, "gloo") != 0 && strcmp(backend, "nccl") != 0)) {
+    fprintf(stderr,
+            "usage: %s CNN.pt DIR [steps >= 1] [save_every >= 1] [batch >= 1] [sgd|adam]\n"
+            "  (KOILA_EXAMPLE_BACKEND: gloo or nccl)\n",
+            argv[0]);
     return 2;
   }
   /* RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, from torchrun; a minute for the
      others to come and for every collective (KOILA_EXAMPLE_TIMEOUT_MS sets another). */
   {
     const char *timeout = getenv("KOILA_EXAMPLE_TIMEOUT_MS");
-    check(koila_group_new_from_env(&group, "gloo", timeout ? atoll(timeout) : 60000), "koila_group_new_from_env");
+    check(koila_group_new_from_env(&group, backend, timeout ? atoll(timeout) : 60000), "koila_group_new_from_env");
   }
   rank = koila_group_rank(group);
   world = koila_group_size(group);
   local = koila_group_local_rank(group);
+  if (strcmp(backend, "nccl") == 0) snprintf(device, sizeof device, "cuda:%d", local); /* NCCL: this worker's GPU */
   if (batch < world) {
     fprintf(stderr, "rank %d: a batch of %lld is less than a sample per worker (%d)\n", rank, (long long)batch, world);
     return 2;
@@ -100,7 +111,7 @@ int main(int argc, char **argv) {
 
   done = read_latest(dir);
   if (done >= 0) checkpoint_paths(dir, done, model_path, state_path, sizeof model_path);
-  check(koila_module_load(&net, done >= 0 ? model_path : cnn, "cpu"), "koila_module_load");
+  check(koila_module_load(&net, done >= 0 ? model_path : cnn, device), "koila_module_load");
   check(koila_module_num_parameters(net, &n_params), "num_parameters");
   params = malloc(n_params * sizeof *params);
   for (i = 0; i < n_params; ++i) check(koila_module_parameter(&params[i], net, i), "koila_module_parameter");
@@ -118,28 +129,28 @@ int main(int argc, char **argv) {
   {
     struct cnn_graph g;
     koila_plan *plan = NULL;
-    build_cnn_graph(&g, net, images, labels, start, length);
+    build_cnn_graph(&g, net, images, labels, start, length, device);
     check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
-    check(koila_memory_stats("cpu", &current, NULL), "koila_memory_stats");
+    check(koila_memory_stats(device, &current, NULL), "koila_memory_stats");
     budget = current + 3 * parameter_bytes(params, n_params) + (koila_plan_full_peak_bytes(plan) - current) / 2;
     koila_plan_free(plan);
     free_cnn_graph(&g);
-    check(koila_set_memory_budget("cpu", budget), "koila_set_memory_budget");
+    check(koila_set_memory_budget(device, budget), "koila_set_memory_budget");
   }
   if (done >= 0) {
     check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
   } else {
     done = 0;
   }
-  printf("rank %d of %d (local rank %d): samples %lld..%lld of each batch of %lld; %s after step %ld\n", rank, world,
-         local, (long long)start, (long long)(start + length - 1), (long long)batch, done > 0 ? "resumed" : "started",
+  printf("rank %d of %d (local rank %d, %s on %s): samples %lld..%lld of each batch of %lld; %s after step %ld\n", rank, world,
+         local, backend, device, (long long)start, (long long)(start + length - 1), (long long)batch, done > 0 ? "resumed" : "started",
          done);
   fflush(stdout);
 
   for (step = done + 1; step <= steps; ++step) {
     struct cnn_graph g;
     double value = 0;
-    build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch + start, length);
+    build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch + start, length, device);
     check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
     check(koila_group_backward(group, g.loss, params, n_params), "koila_group_backward");
     check(koila_tensor_item(g.loss, &value), "koila_tensor_item"); /* this shard's loss */

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
   {
     struct cnn_graph g;
     koila_plan *plan = NULL;
-    build_cnn_graph(&g, net, images, labels, 0, batch);
+    build_cnn_graph(&g, net, images, labels, 0, batch, "cpu");
     check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");
     check(koila_memory_stats("cpu", &current, NULL), "koila_memory_stats");
     budget = current + (koila_plan_full_peak_bytes(plan) - current) / 6;
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
     struct cnn_graph g;
     koila_plan *plan = NULL;
     double value = 0, norm = 0;
-    build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch, batch);
+    build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch, batch, "cpu");
     check(koila_optimizer_set_lr(opt, schedule(step)), "koila_optimizer_set_lr");
     check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
     check(koila_plan_new(&plan, g.loss, KOILA_MODE_TRAINING), "koila_plan_new");

@@ -8,6 +8,8 @@
 #   3. the same forced splits with the caching allocator's expandable segments;
 #   4. `koila fit --verify` at 1 GiB and 2 GiB for every corpus model (training);
 #   5. bench_module_steps on cuda;
+#   6. examples/train_ddp.c under torchrun with NCCL, one worker on cuda:0, against the same
+#      run with Gloo on the CPU (the final parameters, within the GPU's arithmetic);
 # and prints one table. For a machine with PyTorch and nothing else (no registry): carry
 # GoogleTest's sources, Debian's gloo headers (process groups: the wheel ships none) and
 # zlib's two headers in .gpu/, ignored by git:
@@ -15,13 +17,13 @@
 #   mkdir -p .gpu/zlib && cp /usr/include/zlib.h /usr/include/zconf.h .gpu/zlib/
 #   echo /.gpu/ >> .git/info/exclude
 # then run `bash scripts/gpu_check.sh` on the GPU machine with .gpu carried. Logs and the table
-# go to $OUT (or .gpu/out). Settings: STEPS (default "tests corpus expandable fit bench"),
+# go to $OUT (or .gpu/out). Settings: STEPS (default "tests corpus expandable fit bench ddp"),
 # TARGETS (what to build, default all), LIMIT (seconds for the whole check, default 540).
 set -u
 root=$(pwd)
 out=${OUT:-$root/.gpu/out}; mkdir -p "$out"
 logs=$root/.gpu/logs; mkdir -p "$logs"  # the build's logs (what comes back from a device is limited)
-steps=" ${STEPS:-tests corpus expandable fit bench} "
+steps=" ${STEPS:-tests corpus expandable fit bench ddp} "
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$out/steps.txt"; }
 # Seconds a step may take: at most $1, and never past ${LIMIT:-540} s from the start (a device
@@ -100,6 +102,29 @@ if [[ $steps == *" bench "* ]]; then
   stamp "bench_module_steps cuda"
   timeout $(within 60) $build/bench/bench_module_steps cuda 7 > "$out/module_steps.txt" 2>&1
 fi
+if [[ $steps == *" ddp "* ]]; then
+  stamp "train_ddp: NCCL on cuda:0 against Gloo on the CPU, one worker each"
+  rm -rf .gpu/ddp && mkdir -p .gpu/ddp/nccl .gpu/ddp/gloo
+  for backend in nccl gloo; do
+    KOILA_EXAMPLE_BACKEND=$backend KOILA_EXAMPLE_TIMEOUT_MS=20000 timeout $(within 60) \
+      python3 -m torch.distributed.run --nproc-per-node 1 --master-port $((29400 + RANDOM % 500)) --no-python \
+      $build/examples/koila_example_train_ddp $build/examples/cnn.pt .gpu/ddp/$backend 6 3 31 \
+      > "$out/ddp_$backend.txt" 2>&1 || echo "exit $?" >> "$out/ddp_$backend.txt"
+    grep -E '^rank|exit ' "$out/ddp_$backend.txt" | head -3
+  done
+  python3 - .gpu/ddp/nccl/final.pt .gpu/ddp/gloo/final.pt > "$out/ddp.txt" 2>&1 <<'PY'
+import sys, torch
+try:
+    a, b = (dict(torch.jit.load(p, map_location="cpu").named_parameters()) for p in sys.argv[1:3])
+except Exception as e:  # (a run that did not finish)
+    print("train_ddp with NCCL: no final parameters to compare:", e)
+    sys.exit(0)
+worst = max(((x - b[n]).abs().max() / x.abs().max().clamp_min(1e-6)).item() for n, x in a.items())
+print(f"train_ddp with NCCL on cuda:0 against Gloo on the CPU: largest difference {worst:.2g} of a parameter's "
+      f"largest magnitude ({'within' if worst <= 1e-3 else 'BEYOND'} 1e-3)")
+PY
+  cat "$out/ddp.txt"
+fi
 stamp "table"
 python3 - "$out" > "$out/table.txt" <<'PY'
 import os, re, sys
@@ -140,5 +165,6 @@ if os.path.exists(fit):
         elif line.startswith("verified") or line.startswith("largest batch") or "exit " in line or "error" in line.lower():
             print(f"{name:28} {line.strip()}")
 PY
+[[ -f $out/ddp.txt ]] && cat "$out/ddp.txt" >> "$out/table.txt"
 cat "$out/table.txt"
 stamp "done"

@@ -30,4 +30,20 @@ out=$(RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_
 echo "unreachable store ($((SECONDS - start)) s): $out"
 grep -q 'could not join' <<< "$out" || { echo "FAIL: no clear message"; exit 1; }
 ((SECONDS - start <= 20)) || { echo "FAIL: took $((SECONDS - start)) s for a timeout of 3 s"; exit 1; }
+# Another backend: an unknown one is a usage error; NCCL where no GPU is (scripts/gpu_check.sh
+# runs it on one) a clear error, no crash.
+set +e
+KOILA_EXAMPLE_BACKEND=mpi "$example" "$cnn" "$work/none" > /dev/null 2>&1
+code=$?
+set -e
+[[ $code == 2 ]] || { echo "FAIL: backend mpi gave exit $code, not the usage error"; exit 1; }
+if ! command -v nvidia-smi > /dev/null; then
+  set +e
+  out=$(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) KOILA_EXAMPLE_BACKEND=nccl \
+        KOILA_EXAMPLE_TIMEOUT_MS=5000 "$example" "$cnn" "$work/nccl" 2 1 8 2>&1)
+  code=$?
+  set -e
+  echo "NCCL without a GPU (exit $code): ${out%%$'\n'*}"
+  [[ $code == 1 ]] && grep -q 'koila_group_new_from_env failed' <<< "$out" || { echo "FAIL: no clear error"; exit 1; }
+fi
 echo "loopback: 3 workers on uneven shards match 1 on the whole batch"
