@@ -3,16 +3,17 @@
 // 1/2 and 1/4 of the activation memory (what the unconstrained step took beyond what was in use
 // and its parameters' gradients) and at the least budget that plans, recomputing as koila chooses (each beside the
 // parameters' gradients, which no recomputation frees: they are not activations). Prints per row the budget, what the
-// plan recomputes and its estimated extra forward work, the median step time against the unconstrained step's, and the
-// measured peak (koila's allocator) against the budget; and what the plan's peak is made of (its timeline's parts): the
-// activations held then (kept and recomputed), the temporaries (gradients of activations in flight) and what the
+// plan recomputes and its estimated extra forward work, the fastest step's time against the unconstrained step's, and
+// the measured peak (koila's allocator) against the budget; and what the plan's peak is made of (its timeline's parts):
+// the activations held then (kept and recomputed), the temporaries (gradients of activations in flight) and what the
 // estimate adds beyond its simulation (kernels' workspaces that earlier runs showed).
 //
 //   usage: bench_recompute [repeats [model...]]   (default 3; a warm-up step before each; every
 //                                                  model unless some are named)
 //
-// Each constrained step is timed right after an unconstrained one, and its ratio taken against
-// the median of those (the machine's speed drifts by more than the differences measured).
+// Each constrained step is timed right after an unconstrained one, and the fastest of each taken
+// (the machine's speed drifts, at times by 2x, by more than the differences measured: the fastest
+// step is the one least slowed by it; medians gave ratios below 1).
 //
 // Models, written with koila's ops (parameters are eager tensors; the .grad are taken away
 // before each step, zero_grad(set_to_none=True)):
@@ -29,6 +30,7 @@
 // models in PyTorch with torch.utils.checkpoint, as the reference.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -293,7 +295,7 @@ bool one_step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recom
 
 // The plan under `budget` and `repeats` steps under it, each after an unconstrained step (budget
 // automatic, recomputation off), so that both are timed in the same stretch of the machine's
-// time; `unconstrained` gets the median of those.
+// time; `unconstrained` gets the fastest of those.
 Step step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute policy, int repeats,
           double* unconstrained) {
   Step r;
@@ -351,8 +353,8 @@ Step step(Builder& b, const koila_tensor* loss, uint64_t budget, koila_recompute
     }
     r.peak = std::max(r.peak, peak);
   }
-  r.seconds = bench::median(times);
-  *unconstrained = bench::median(free_times);
+  r.seconds = *std::min_element(times.begin(), times.end());
+  *unconstrained = *std::min_element(free_times.begin(), free_times.end());
   return r;
 }
 
@@ -376,7 +378,7 @@ int main(int argc, char** argv) {
         if (m.name == std::string(argv[i])) named.push_back(m);
     models = named;
   }
-  std::printf("koila recomputation: one sample per step, CPU, median of %d steps (after a warm-up)\n\n", repeats);
+  std::printf("koila recomputation: one sample per step, CPU, fastest of %d steps (after a warm-up)\n\n", repeats);
   std::printf(
       "| model | budget | budget MiB | chunks | recomputed MiB | extra forward work (est.) | step ms | x unconstrained "
       "| of which planning ms | estimated peak MiB | at the peak: activations / temporaries / beyond the simulation "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's own recomputation, torch.utils.checkpoint, on bench_recompute's models (the
 reference its table is read against): one sample, a training step unconstrained and with
-checkpoints, CPU, median of N steps after a warm-up.
+checkpoints, CPU, the fastest of N steps after a warm-up (the machine's speed drifts).
 
 usage: recompute_checkpoint.py [repeats [model...]]   (a python3 with torch: Debian's python3-torch, or
                                               the torch 2.14.1 venv of scripts/setup_torch2.sh)
@@ -17,7 +17,6 @@ interpreter touches (a few MiB).
 
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -236,7 +235,7 @@ def main():
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     torch.manual_seed(0)
     torch.set_grad_enabled(True)
-    print("PyTorch %s, torch.utils.checkpoint, one sample per step, CPU, median of %d steps (after a warm-up)\n"
+    print("PyTorch %s, torch.utils.checkpoint, one sample per step, CPU, fastest of %d steps (after a warm-up)\n"
           % (torch.__version__, repeats))
     print("| model | run | step ms | x unconstrained | peak MiB (resident, beyond before the step) | of unconstrained |")
     print("|---|---|---:|---:|---:|---:|")
@@ -249,7 +248,7 @@ def main():
         for checkpointed in (False, True):
             step(model, x, checkpointed)  # warm-up
             runs = [step(model, x, checkpointed) for _ in range(repeats)]
-            results[checkpointed] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+            results[checkpointed] = (min(r[0] for r in runs), max(r[1] for r in runs))  # (the fastest step)
         base_t, base_m = results[False]
         for checkpointed, label in ((False, "unconstrained"), (True, "checkpointed")):
             t, m = results[checkpointed]
