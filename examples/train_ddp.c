@@ -142,9 +142,9 @@ int main(int argc, char **argv) {
   } else {
     done = 0;
   }
-  printf("rank %d of %d (local rank %d, %s on %s): samples %lld..%lld of each batch of %lld; %s after step %ld\n", rank, world,
-         local, backend, device, (long long)start, (long long)(start + length - 1), (long long)batch, done > 0 ? "resumed" : "started",
-         done);
+  printf("rank %d of %d (local rank %d, %s on %s): samples %lld..%lld of each batch of %lld; %s after step %ld\n",
+         rank, world, local, backend, device, (long long)start, (long long)(start + length - 1), (long long)batch,
+         done > 0 ? "resumed" : "started", done);
   fflush(stdout);
 
   for (step = done + 1; step <= steps; ++step) {

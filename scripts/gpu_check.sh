@@ -112,17 +112,9 @@ if [[ $steps == *" ddp "* ]]; then
       > "$out/ddp_$backend.txt" 2>&1 || echo "exit $?" >> "$out/ddp_$backend.txt"
     grep -E '^rank|exit ' "$out/ddp_$backend.txt" | head -3
   done
-  python3 - .gpu/ddp/nccl/final.pt .gpu/ddp/gloo/final.pt > "$out/ddp.txt" 2>&1 <<'PY'
-import sys, torch
-try:
-    a, b = (dict(torch.jit.load(p, map_location="cpu").named_parameters()) for p in sys.argv[1:3])
-except Exception as e:  # (a run that did not finish)
-    print("train_ddp with NCCL: no final parameters to compare:", e)
-    sys.exit(0)
-worst = max(((x - b[n]).abs().max() / x.abs().max().clamp_min(1e-6)).item() for n, x in a.items())
-print(f"train_ddp with NCCL on cuda:0 against Gloo on the CPU: largest difference {worst:.2g} of a parameter's "
-      f"largest magnitude ({'within' if worst <= 1e-3 else 'BEYOND'} 1e-3)")
-PY
+  if python3 tests/launcher/compare_final.py .gpu/ddp/nccl/final.pt .gpu/ddp/gloo/final.pt 1e-3 > "$out/ddp.txt" 2>&1
+  then verdict="within 1e-3"; else verdict="NOT within 1e-3, or a run did not finish"; fi
+  echo "train_ddp with NCCL on cuda:0 against Gloo on the CPU ($verdict): $(tail -1 "$out/ddp.txt")" > "$out/ddp.txt"
   cat "$out/ddp.txt"
 fi
 stamp "table"

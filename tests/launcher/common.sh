@@ -21,21 +21,7 @@ free_port() {
 # The final parameters of two runs (final.pt in each folder), as PyTorch loads them: equal
 # within `tolerance` of each parameter's largest magnitude.
 compare_final() {
-  local a=$1 b=$2 tolerance=$3
-  "$python" - "$a/final.pt" "$b/final.pt" "$tolerance" <<'PY'
-import sys, warnings
-warnings.simplefilter("ignore")
-import torch
-a, b = (dict(torch.jit.load(p).named_parameters()) for p in sys.argv[1:3])
-tolerance = float(sys.argv[3])
-worst = 0.0
-for name, x in a.items():
-    y = b[name]
-    scale = max(x.abs().max().item(), 1e-6)
-    worst = max(worst, (x - y).abs().max().item() / scale)
-print(f"largest difference of {len(a)} parameters: {worst:.3g} of their largest magnitude")
-sys.exit(0 if worst <= tolerance else 1)
-PY
+  "$python" "$(dirname "${BASH_SOURCE[0]}")/compare_final.py" "$1/final.pt" "$2/final.pt" "$3"
 }
 
 checksum() { grep -ho 'rank 0 finished.*fnv1a [0-9a-f]*' "$1" | grep -o '[0-9a-f]*$'; }
