@@ -102,6 +102,57 @@ TEST(Recompute, GradientsEqualTheRunOnceBitForBitAndLessIsHeld) {
   m.zero();
 }
 
+// A segment whose output nothing saves (a residual sum, read outside only by a product with a
+// number): run again in the backward, that output is not needed while the segment's backward
+// runs, and is let go before it. The backward then holds at its peak no more than the same graph
+// run once with autograd, which never kept the sum; holding it would cost one more [batch, width]
+// tensor (the sum, 1 MiB here).
+TEST(Recompute, TheSegmentsOutputRunAgainIsLetGoBeforeItsBackward) {
+  BudgetGuard restore;
+  at::manual_seed(5);
+  const int64_t batch = 512, width = 512;
+  at::Tensor w1 = (at::randn({width, width}) * 0.05).requires_grad_(true);
+  Handle x = koila_models::lazy(at::randn({batch, width}), 0);
+  Handle p1 = koila_models::share(w1);
+  Handle y = CALL(koila_matmul, x.get(), p1.get());
+  Handle r = CALL(koila_relu, y.get());
+  Handle sum = CALL(koila_add, r.get(), x.get());
+  Handle twice = CALL(koila_mul_scalar, sum.get(), 2.0);
+  Handle loss = CALL(koila_sum, twice.get(), nullptr, 0, 0);
+  const c10::Device cpu(c10::kCPU);
+  const auto backward_peak = [&](bool recompute) {
+    w1.mutable_grad() = at::Tensor();
+    const uint64_t before = koila::memory_stats(cpu).current;
+    at::Tensor l;
+    {
+      c10::AutoGradMode grad(true);
+      koila::EvalOptions options;
+      options.grad = true;
+      if (!recompute) {
+        l = koila::evaluate(loss->node, options);
+      } else {
+        const koila::RecomputeSegment s{{x->node.get(), p1->node.get()}, {sum->node.get()}};
+        const koila::Tensors out = koila::run_recomputed(s, {x->node->value, w1}, options);
+        std::unordered_map<const Node*, at::Tensor> given{{sum->node.get(), out[0]}};
+        koila::EvalOptions rest = options;
+        rest.given = &given;
+        l = koila::evaluate(std::vector<const Node*>{loss->node.get()}, rest)[0];
+      }
+    }
+    koila::reset_peak(cpu);
+    l.backward();
+    const uint64_t peak = koila::memory_stats(cpu).peak - before;
+    return std::make_pair(peak, w1.grad().clone());
+  };
+  const auto [once, once_grad] = backward_peak(false);
+  const auto [again, again_grad] = backward_peak(true);
+  EXPECT_TRUE(at::equal(again_grad, once_grad));
+  const uint64_t tensor = uint64_t{batch} * width * sizeof(float);
+  EXPECT_LE(again, once + tensor / 4) << "the backward's peak recomputing " << again << " B, run once " << once
+                                      << " B (a [batch, width] tensor is " << tensor << " B)";
+  w1.mutable_grad() = at::Tensor();
+}
+
 TEST(Recompute, TheBackwardLeavesTheRandomStreamWhereItWas) {
   BudgetGuard restore;
   const Mlp m(8, 16);

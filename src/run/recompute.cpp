@@ -2,6 +2,8 @@
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -26,6 +28,26 @@ namespace {
 thread_local bool running_again = false;
 thread_local int backward_depth = 0;   // RecomputeBackward functions running on this thread
 thread_local bool segmenting = false;  // SegmentingPrograms
+
+// The gradients of `wrt` (none where unreached) from a backward that starts at `roots` with
+// `grad_outputs`, as torch::autograd::grad computes them, but from the roots' edges: the
+// segment's outputs run again need not live while it runs (their functions keep what they saved;
+// an output no op inside read, such as a residual block's sum, is freed before its backward).
+Tensors gradients_from_edges(const torch::autograd::edge_list& roots, const Tensors& grad_outputs, const Tensors& wrt) {
+  torch::autograd::edge_list outputs;
+  outputs.reserve(wrt.size());
+  for (const at::Tensor& x : wrt) {
+    compat::AutogradNodeRef fn = x.grad_fn();
+    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(x);
+    if (fn)
+      outputs.emplace_back(std::move(fn), x.output_nr());
+    else  // (not reached from the roots: its gradient stays undefined)
+      outputs.emplace_back(compat::make_autograd_node<torch::autograd::Identity>(), 0);
+  }
+  return torch::autograd::Engine::get_default_engine().execute(roots, grad_outputs, /*keep_graph=*/false,
+                                                               /*create_graph=*/false, /*accumulate_grad=*/false,
+                                                               outputs);
+}
 
 // The segment's backward: runs it again from the inputs it kept, with autograd, drawing the
 // random numbers its forward drew, and differentiates it.
@@ -74,21 +96,23 @@ struct RecomputeBackward : torch::autograd::Node {
       again.given = &given;
       outs = evaluate(segment.outputs, again);
     }
-    Tensors roots, grad_outputs, wrt;
+    torch::autograd::edge_list roots;
+    Tensors grad_outputs, wrt;
     std::vector<size_t> at_input;
     for (size_t k = 0; k < outs.size() && k < grads.size(); ++k)
       if (grads[k].defined() && outs[k].requires_grad()) {
-        roots.push_back(outs[k]);
-        grad_outputs.push_back(grads[k]);
+        roots.push_back(torch::autograd::impl::gradient_edge(outs[k]));
+        grad_outputs.push_back(std::move(grads[k]));
       }
+    outs.clear();
+    grads.clear();
     for (size_t i = 0; i < xs.size(); ++i)
       if (needs_grad[i] && task_should_compute_output(i)) {
         wrt.push_back(xs[i]);
         at_input.push_back(i);
       }
     if (roots.empty() || wrt.empty()) return result;
-    const Tensors g = torch::autograd::grad(roots, wrt, grad_outputs, /*retain_graph=*/false, /*create_graph=*/false,
-                                            /*allow_unused=*/true);
+    const Tensors g = gradients_from_edges(roots, grad_outputs, wrt);
     for (size_t j = 0; j < g.size(); ++j) result[at_input[j]] = g[j];
     return result;
   }
