@@ -137,12 +137,20 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
       const auto found = record.most_recomputed.find(normalized);
       if (found != record.most_recomputed.end()) known = found->second;
     }
-    if (!known) {
-      known = choose_ranges(base, normalized, saved, UINT64_MAX);
-      std::lock_guard<std::mutex> lock(record.mutex);
-      record.most_recomputed[normalized] = *known;
+    if (known) return simulate(std::move(*known));
+    // The most the first model frees, and the least peak of the timeline's: the lower simulated.
+    std::optional<Recomputing> r = simulate(choose_ranges(base, normalized, saved, UINT64_MAX));
+    Ranges least;
+    least_room(base, normalized, saved, &least);
+    if (!least.empty()) {
+      std::optional<Recomputing> other = simulate(std::move(least));
+      if (other && (!r || other->extra < r->extra)) r = std::move(other);
     }
-    return simulate(std::move(*known));
+    if (r) {
+      std::lock_guard<std::mutex> lock(record.mutex);
+      record.most_recomputed[normalized] = r->plan->ranges;
+    }
+    return r;
   }
   // A choice made before for this chunk and room (plans of every step choose once).
   const auto memo_key = std::make_pair(normalized, room_left(p));
@@ -160,7 +168,33 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   // the search below: the search is not monotone (the bench's transformer got +90% of its
   // forward's work with 44.9 MiB where it had found +67% with 42.6), and a plan with more room
   // must not cost more than one known to fit in less.
+  // The timeline model's cheapest sets for rooms between its least and none, by bisection on the
+  // room (simulated: the model counts values, the simulation all the run holds); the cheaper of
+  // those that fit and `r`.
+  const auto by_timeline = [&](std::optional<Recomputing> r) {
+    Ranges least;
+    double lo = least_room(base, normalized, saved, &least);
+    if (least.empty()) return r;
+    double hi = modelled_peak(base, normalized, saved, {});
+    std::optional<Recomputing> best;
+    for (int step = 0; step < 8 && hi - lo > hi / 64; ++step) {
+      const double room = step == 0 ? lo : lo + (hi - lo) / 2;
+      std::optional<Ranges> ranges =
+          step == 0 ? std::optional<Ranges>(least) : ranges_within(base, normalized, saved, room);
+      std::optional<Recomputing> t = ranges ? simulate(std::move(*ranges)) : std::nullopt;
+      if (t && t->fits) {
+        if (!best || t->plan->recomputed_cost < best->plan->recomputed_cost) best = std::move(t);
+        lo = room;
+      } else {
+        if (step == 0) break;  // (its least does not fit: nor will more room's)
+        hi = room;
+      }
+    }
+    if (best && (!r || !r->fits || best->plan->recomputed_cost < r->plan->recomputed_cost)) return best;
+    return r;
+  };
   const auto cheapest_known = [&](std::optional<Recomputing> r) {
+    r = by_timeline(std::move(r));
     std::vector<std::pair<double, Ranges>> others;
     {
       std::lock_guard<std::mutex> lock(record.mutex);

@@ -18,7 +18,12 @@ constexpr size_t kWindow = 512;
 struct Model {
   size_t n = 0, window = 0;
   std::vector<double> freed, cost;  // [l * window + (r - l)]
-  double smallest = 0, total = 0;   // the least positive value size, and all values' bytes
+  // For the timeline (by_timeline below), of each range: what its backward holds of its own (the
+  // bytes autograd saves of its values, and its inputs it keeps), and its largest value's bytes
+  // (a gradient in flight is one of its values' size).
+  std::vector<double> held, largest;
+  std::vector<double> position_saved, position_bytes;  // of each position (0 for those not ops)
+  double smallest = 0, total = 0;                      // the least positive value size, and all values' bytes
   // Whether a range may start at a position (end before it): an op with several results and its
   // result nodes, which read them from it, are in one range or none.
   std::vector<bool> cut_ok;
@@ -26,7 +31,7 @@ struct Model {
   Model(const Schedule& s, int64_t chunk, const std::vector<double>& saved)
       : n(s.order.size()), window(std::min(n, kWindow)) {
     const std::vector<size_t> last_use = last_reads(s);
-    std::vector<double> bytes(n, 0), op_cost(n, 0);
+    std::vector<double> bytes(n, 0), op_cost(n, 0), whole(n, 0);
     std::vector<bool> is_op(n, false);
     std::vector<std::vector<size_t>> ending(n);  // positions whose last reader is there
     for (size_t i = 0; i < n; ++i) {
@@ -35,6 +40,7 @@ struct Model {
       is_op[i] = true;
       bytes[i] = i < saved.size() ? saved[i] : static_cast<double>(value_bytes(node, chunk));
       op_cost[i] = forward_cost(node, chunk);
+      whole[i] = static_cast<double>(value_bytes(node, chunk));
       if (last_use[i] < n) ending[last_use[i]].push_back(i);
       if (bytes[i] > 0 && (smallest == 0 || bytes[i] < smallest)) smallest = bytes[i];
       total += bytes[i];
@@ -48,11 +54,17 @@ struct Model {
     }
     freed.assign(n * window, 0);
     cost.assign(n * window, 0);
+    held.assign(n * window, 0);
+    largest.assign(n * window, 0);
+    position_saved = bytes;
+    position_bytes = whole;
     std::vector<size_t> seen(n, SIZE_MAX);  // the start whose range last counted a position as its input
     for (size_t l = 0; l < n; ++l) {
-      double f = 0, c = 0, kept = 0;
+      double f = 0, c = 0, kept = 0, all = 0, big = 0;
       for (size_t r = l; r < n && r - l < window; ++r) {
         c += op_cost[r];
+        all += bytes[r];
+        big = std::max(big, whole[r]);
         for (size_t p : ending[r])
           if (p >= l) f += bytes[p];
         // An op value from before the range that autograd did not save: the segment keeps it.
@@ -68,11 +80,15 @@ struct Model {
           }
         freed[l * window + (r - l)] = f - kept;
         cost[l * window + (r - l)] = c;
+        held[l * window + (r - l)] = all + kept;
+        largest[l * window + (r - l)] = big;
       }
     }
   }
   double freed_of(size_t l, size_t r) const { return freed[l * window + (r - l)]; }
   double cost_of(size_t l, size_t r) const { return cost[l * window + (r - l)]; }
+  double held_of(size_t l, size_t r) const { return held[l * window + (r - l)]; }
+  double largest_of(size_t l, size_t r) const { return largest[l * window + (r - l)]; }
 };
 
 struct Solution {
@@ -184,7 +200,133 @@ std::optional<Solution> knapsack(const Model& m, double cap, double need, double
   return s;
 }
 
+// The timeline model. The backward runs the order backwards: while a segment's backward runs, what
+// autograd saved of the ops before it (and the inputs kept by segments before it) is still held,
+// what came after it is gone. So a segment [l, r] holds, at its backward, kept(l) (the saved
+// bytes of the values before l that no segment freed, and the inputs of the segments before l),
+// its own values (held_of) and about two gradients of its largest value's size; an op that no
+// segment frees holds kept(its position) with its own and its gradients. The most of those over
+// the order is the model's peak. The other model (solve, knapsack above) counts every kept value
+// against the largest segment: right for a transformer's equal layers, far off for a CNN whose
+// first layers are its largest (their segments run last, with little kept before them).
+constexpr double kGradients = 2;
+
+// The cheapest ranges under which the model's peak is at most `room`, or nullopt where none are.
+// A dynamic program over the order whose state is the bytes kept so far, in kBuckets steps of
+// `room` (each state remembers its exact bytes: the least for its cost). `work` as knapsack's.
+constexpr size_t kBuckets = 64;
+constexpr double kTimelineWork = 1e8;  // steps of a call (a few tenths of a second)
+std::optional<Ranges> within_room(const Model& m, double room, double* work) {
+  const size_t width = kBuckets + 1;
+  if (!(room > 0)) return std::nullopt;
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  struct State {
+    double cost = kNone, kept = 0;
+    int64_t from = -1;  // the position the step into this state started at
+    size_t from_bucket = 0;
+    bool range = false;  // whether that step was a range (else a position kept)
+  };
+  std::vector<State> dp((m.n + 1) * width);
+  dp[0].cost = 0;
+  double spent = 0;
+  const auto bucket = [&](double kept) {
+    return std::min(kBuckets, static_cast<size_t>(kept / room * static_cast<double>(kBuckets)));
+  };
+  const auto relax = [&](size_t at, double cost, double kept, size_t from, size_t from_bucket, bool range) {
+    State& s = dp[at * width + bucket(kept)];
+    if (cost < s.cost || (cost == s.cost && kept < s.kept))
+      s = {cost, kept, static_cast<int64_t>(from), from_bucket, range};
+  };
+  for (size_t i = 0; i < m.n; ++i) {
+    for (size_t b = 0; b < width; ++b) {
+      const State here = dp[i * width + b];
+      if (here.cost == kNone) continue;
+      const double k = here.kept;
+      if (k + m.position_saved[i] + kGradients * m.position_bytes[i] <= room)
+        relax(i + 1, here.cost, k + m.position_saved[i], i, b, false);
+      if (!m.cut_ok[i]) continue;
+      for (size_t r = i; r < m.n && r - i < m.window; ++r) {
+        ++spent;
+        if (k + m.held_of(i, r) + kGradients * m.largest_of(i, r) > room) break;
+        if (!m.cut_ok[r + 1] || m.freed_of(i, r) <= 0) continue;
+        relax(r + 1, here.cost + m.cost_of(i, r), k + m.held_of(i, r) - m.freed_of(i, r), i, b, true);
+      }
+    }
+    if (spent > *work) {
+      *work = -1;  // (out of work: not an answer)
+      return std::nullopt;
+    }
+  }
+  *work -= spent;
+  size_t end = width;
+  for (size_t b = 0; b < width; ++b)
+    if (dp[m.n * width + b].cost < kNone && (end == width || dp[m.n * width + b].cost < dp[m.n * width + end].cost))
+      end = b;
+  if (end == width) return std::nullopt;
+  Ranges ranges;
+  for (size_t at = m.n, b = end; at > 0;) {
+    const State& s = dp[at * width + b];
+    const auto from = static_cast<size_t>(s.from);
+    if (s.range) ranges.emplace_back(from, at - 1);
+    at = from;
+    b = s.from_bucket;
+  }
+  std::reverse(ranges.begin(), ranges.end());
+  return ranges;
+}
+
+// The model's peak with `ranges` recomputed.
+double timeline_peak(const Model& m, const Ranges& ranges) {
+  double kept = 0, peak = 0;
+  size_t next = 0;
+  for (size_t i = 0; i < m.n;) {
+    if (next < ranges.size() && ranges[next].first == i && ranges[next].second - i < m.window) {
+      const size_t r = ranges[next++].second;
+      peak = std::max(peak, kept + m.held_of(i, r) + kGradients * m.largest_of(i, r));
+      kept += m.held_of(i, r) - m.freed_of(i, r);
+      i = r + 1;
+      continue;
+    }
+    if (next < ranges.size() && ranges[next].first <= i) ++next;
+    peak = std::max(peak, kept + m.position_saved[i] + kGradients * m.position_bytes[i]);
+    kept += m.position_saved[i];
+    ++i;
+  }
+  return peak;
+}
+
 }  // namespace
+
+std::optional<Ranges> ranges_within(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
+                                    double room) {
+  const Model m(schedule, chunk, saved);
+  double work = kTimelineWork;
+  return within_room(m, room, &work);
+}
+
+double least_room(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, Ranges* ranges) {
+  const Model m(schedule, chunk, saved);
+  double hi = timeline_peak(m, {}), lo = 0;
+  if (ranges) ranges->clear();
+  double work = kTimelineWork * 4;
+  for (int i = 0; i < 24 && hi - lo > hi / 128; ++i) {
+    const double mid = lo + (hi - lo) / 2;
+    std::optional<Ranges> found = within_room(m, mid, &work);
+    if (found) {
+      hi = mid;
+      if (ranges) *ranges = std::move(*found);
+    } else {
+      if (work <= 0) break;
+      lo = mid;
+    }
+  }
+  return hi;
+}
+
+double modelled_peak(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, const Ranges& ranges) {
+  const Model m(schedule, chunk, saved);
+  return timeline_peak(m, ranges);
+}
 
 Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, uint64_t to_free,
                      bool* most, Ranges* off_hull) {
