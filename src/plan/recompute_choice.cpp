@@ -22,6 +22,8 @@ struct Model {
   // bytes autograd saves of its values, and its inputs it keeps), and its largest value's bytes
   // (a gradient in flight is one of its values' size).
   std::vector<double> held, largest;
+  std::vector<double> after;  // what it keeps from its forward to its backward: its values read
+                              // later that autograd saves, and the inputs it keeps
   std::vector<double> position_saved, position_bytes;  // of each position (0 for those not ops)
   double smallest = 0, total = 0;                      // the least positive value size, and all values' bytes
   // Whether a range may start at a position (end before it): an op with several results and its
@@ -55,6 +57,7 @@ struct Model {
     freed.assign(n * window, 0);
     cost.assign(n * window, 0);
     held.assign(n * window, 0);
+    after.assign(n * window, 0);
     largest.assign(n * window, 0);
     position_saved = bytes;
     position_bytes = whole;
@@ -81,6 +84,7 @@ struct Model {
         freed[l * window + (r - l)] = f - kept;
         cost[l * window + (r - l)] = c;
         held[l * window + (r - l)] = all + kept;
+        after[l * window + (r - l)] = all - f + kept;
         largest[l * window + (r - l)] = big;
       }
     }
@@ -88,6 +92,7 @@ struct Model {
   double freed_of(size_t l, size_t r) const { return freed[l * window + (r - l)]; }
   double cost_of(size_t l, size_t r) const { return cost[l * window + (r - l)]; }
   double held_of(size_t l, size_t r) const { return held[l * window + (r - l)]; }
+  double after_of(size_t l, size_t r) const { return after[l * window + (r - l)]; }
   double largest_of(size_t l, size_t r) const { return largest[l * window + (r - l)]; }
 };
 
@@ -249,7 +254,7 @@ std::optional<Ranges> within_room(const Model& m, double room, double* work) {
         ++spent;
         if (k + m.held_of(i, r) + kGradients * m.largest_of(i, r) > room) break;
         if (!m.cut_ok[r + 1] || m.freed_of(i, r) <= 0) continue;
-        relax(r + 1, here.cost + m.cost_of(i, r), k + m.held_of(i, r) - m.freed_of(i, r), i, b, true);
+        relax(r + 1, here.cost + m.cost_of(i, r), k + m.after_of(i, r), i, b, true);
       }
     }
     if (spent > *work) {
@@ -283,7 +288,7 @@ double timeline_peak(const Model& m, const Ranges& ranges) {
     if (next < ranges.size() && ranges[next].first == i && ranges[next].second - i < m.window) {
       const size_t r = ranges[next++].second;
       peak = std::max(peak, kept + m.held_of(i, r) + kGradients * m.largest_of(i, r));
-      kept += m.held_of(i, r) - m.freed_of(i, r);
+      kept += m.after_of(i, r);
       i = r + 1;
       continue;
     }
