@@ -18,7 +18,7 @@ constexpr size_t kWindow = 512;
 struct Model {
   size_t n = 0, window = 0;
   std::vector<double> freed, cost;  // [l * window + (r - l)]
-  // For the timeline (by_timeline below), of each range: what its backward holds of its own (the
+  // For the timeline (within_room below), of each range: what its backward holds of its own (the
   // bytes autograd saves of its values, and its inputs it keeps), and its largest value's bytes
   // (a gradient in flight is one of its values' size).
   std::vector<double> held, largest;
@@ -218,7 +218,8 @@ constexpr double kGradients = 2;
 
 // The cheapest ranges under which the model's peak is at most `room`, or nullopt where none are.
 // A dynamic program over the order whose state is the bytes kept so far, in kBuckets steps of
-// `room` (each state remembers its exact bytes: the least for its cost). `work` as knapsack's.
+// `room` (each state remembers its exact bytes: the least for its cost). `work`: the steps it may
+// take, less those it took; -1 (and nullopt) where it ran out.
 constexpr size_t kBuckets = 64;
 constexpr double kTimelineWork = 1e8;  // steps of a call (a few tenths of a second)
 std::optional<Ranges> within_room(const Model& m, double room, double* work) {
