@@ -143,13 +143,14 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     // worse may peak lower; the unet of bench_recompute: 0.81 -> 0.79 of its activations): the
     // lowest simulated.
     std::optional<Recomputing> r = simulate(choose_ranges(base, normalized, saved, UINT64_MAX));
+    const Timeline timeline(base, normalized, saved);
     Ranges least;
-    const double room = least_room(base, normalized, saved, &least);
+    const double room = timeline.least_room(&least);
     if (!least.empty()) {
       std::optional<Recomputing> other = simulate(std::move(least));
       if (other && (!r || other->extra < r->extra)) r = std::move(other);
       for (const double more : {1.05, 1.1, 1.2, 1.3}) {
-        std::optional<Ranges> ranges = ranges_within(base, normalized, saved, room * more);
+        std::optional<Ranges> ranges = timeline.within(room * more);
         if (!ranges) continue;
         std::optional<Recomputing> t = simulate(std::move(*ranges));
         if (t && (!r || t->extra < r->extra)) r = std::move(t);
@@ -181,15 +182,15 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   // room (simulated: the model counts values, the simulation all the run holds); the cheaper of
   // those that fit and `r`.
   const auto by_timeline = [&](std::optional<Recomputing> r) {
+    const Timeline timeline(base, normalized, saved);
     Ranges least;
-    double lo = least_room(base, normalized, saved, &least);
+    double lo = timeline.least_room(&least);
     if (least.empty()) return r;
-    double hi = modelled_peak(base, normalized, saved, {});
+    double hi = timeline.peak({});
     std::optional<Recomputing> best;
     for (int step = 0; step < 8 && hi - lo > hi / 64; ++step) {
       const double room = step == 0 ? lo : lo + (hi - lo) / 2;
-      std::optional<Ranges> ranges =
-          step == 0 ? std::optional<Ranges>(least) : ranges_within(base, normalized, saved, room);
+      std::optional<Ranges> ranges = step == 0 ? std::optional<Ranges>(least) : timeline.within(room);
       std::optional<Recomputing> t = ranges ? simulate(std::move(*ranges)) : std::nullopt;
       if (t && t->fits) {
         if (!best || t->plan->recomputed_cost < best->plan->recomputed_cost) best = std::move(t);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "run/recompute.h"
@@ -14,8 +15,10 @@ namespace {
 // each start).
 constexpr size_t kWindow = 512;
 
+}  // namespace
+
 // The figures of every range of a schedule's order up to kWindow long.
-struct Model {
+struct RangeFigures {
   size_t n = 0, window = 0;
   std::vector<double> freed, cost;  // [l * window + (r - l)]
   // For the timeline (within_room below), of each range: what its backward holds of its own (the
@@ -30,7 +33,9 @@ struct Model {
   // result nodes, which read them from it, are in one range or none.
   std::vector<bool> cut_ok;
 
-  Model(const Schedule& s, int64_t chunk, const std::vector<double>& saved)
+  // `timeline`: the timeline's figures too (held, after, largest; the other model's searches do
+  // without them).
+  RangeFigures(const Schedule& s, int64_t chunk, const std::vector<double>& saved, bool timeline)
       : n(s.order.size()), window(std::min(n, kWindow)) {
     const std::vector<size_t> last_use = last_reads(s);
     std::vector<double> bytes(n, 0), op_cost(n, 0), whole(n, 0);
@@ -56,11 +61,13 @@ struct Model {
     }
     freed.assign(n * window, 0);
     cost.assign(n * window, 0);
-    held.assign(n * window, 0);
-    after.assign(n * window, 0);
-    largest.assign(n * window, 0);
-    position_saved = bytes;
-    position_bytes = whole;
+    if (timeline) {
+      held.assign(n * window, 0);
+      after.assign(n * window, 0);
+      largest.assign(n * window, 0);
+      position_saved = bytes;
+      position_bytes = whole;
+    }
     std::vector<size_t> seen(n, SIZE_MAX);  // the start whose range last counted a position as its input
     for (size_t l = 0; l < n; ++l) {
       double f = 0, c = 0, kept = 0, all = 0, big = 0;
@@ -83,9 +90,11 @@ struct Model {
           }
         freed[l * window + (r - l)] = f - kept;
         cost[l * window + (r - l)] = c;
-        held[l * window + (r - l)] = all + kept;
-        after[l * window + (r - l)] = all - f + kept;
-        largest[l * window + (r - l)] = big;
+        if (timeline) {
+          held[l * window + (r - l)] = all + kept;
+          after[l * window + (r - l)] = all - f + kept;
+          largest[l * window + (r - l)] = big;
+        }
       }
     }
   }
@@ -96,6 +105,8 @@ struct Model {
   double largest_of(size_t l, size_t r) const { return largest[l * window + (r - l)]; }
 };
 
+namespace {
+
 struct Solution {
   Ranges ranges;
   double freed = 0, largest = 0, cost = 0;
@@ -103,7 +114,7 @@ struct Solution {
 };
 
 // The ranges of at most `cap` freed each that maximize freed - lambda * cost.
-Solution solve(const Model& m, double cap, double lambda) {
+Solution solve(const RangeFigures& m, double cap, double lambda) {
   std::vector<double> best(m.n + 1, 0);
   std::vector<int64_t> from(m.n + 1, -1);  // where the range ending before it starts; -1: none
   for (size_t r = 0; r < m.n; ++r) {
@@ -148,7 +159,7 @@ Solution solve(const Model& m, double cap, double lambda) {
 // 100% of its forward's work was offered, although 60% fits). `work` is what may be spent (cells
 // visited); nullopt, untouched, where the graph needs more.
 constexpr size_t kUnits = 128;
-std::optional<Solution> knapsack(const Model& m, double cap, double need, double* work) {
+std::optional<Solution> knapsack(const RangeFigures& m, double cap, double need, double* work) {
   const double goal = need + cap, unit = goal / static_cast<double>(kUnits);
   const double cells = static_cast<double>(m.n) * static_cast<double>(m.window) * (kUnits + 1);
   if (!(unit > 0) || cells > *work) return std::nullopt;
@@ -222,7 +233,7 @@ constexpr double kGradients = 2;
 // take, less those it took; -1 (and nullopt) where it ran out.
 constexpr size_t kBuckets = 64;
 constexpr double kTimelineWork = 1e8;  // steps of a call (a few tenths of a second)
-std::optional<Ranges> within_room(const Model& m, double room, double* work) {
+std::optional<Ranges> within_room(const RangeFigures& m, double room, double* work) {
   const size_t width = kBuckets + 1;
   if (!(room > 0)) return std::nullopt;
   constexpr double kNone = std::numeric_limits<double>::infinity();
@@ -282,7 +293,7 @@ std::optional<Ranges> within_room(const Model& m, double room, double* work) {
 }
 
 // The model's peak with `ranges` recomputed.
-double timeline_peak(const Model& m, const Ranges& ranges) {
+double timeline_peak(const RangeFigures& m, const Ranges& ranges) {
   double kept = 0, peak = 0;
   size_t next = 0;
   for (size_t i = 0; i < m.n;) {
@@ -303,21 +314,23 @@ double timeline_peak(const Model& m, const Ranges& ranges) {
 
 }  // namespace
 
-std::optional<Ranges> ranges_within(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
-                                    double room) {
-  const Model m(schedule, chunk, saved);
+Timeline::Timeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved)
+    : figures_(std::make_unique<RangeFigures>(schedule, chunk, saved, true)) {}
+
+Timeline::~Timeline() = default;
+
+std::optional<Ranges> Timeline::within(double room) const {
   double work = kTimelineWork;
-  return within_room(m, room, &work);
+  return within_room(*figures_, room, &work);
 }
 
-double least_room(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, Ranges* ranges) {
-  const Model m(schedule, chunk, saved);
-  double hi = timeline_peak(m, {}), lo = 0;
+double Timeline::least_room(Ranges* ranges) const {
+  double hi = timeline_peak(*figures_, {}), lo = 0;
   if (ranges) ranges->clear();
   double work = kTimelineWork * 4;
   for (int i = 0; i < 24 && hi - lo > hi / 128; ++i) {
     const double mid = lo + (hi - lo) / 2;
-    std::optional<Ranges> found = within_room(m, mid, &work);
+    std::optional<Ranges> found = within_room(*figures_, mid, &work);
     if (found) {
       hi = mid;
       if (ranges) *ranges = std::move(*found);
@@ -329,15 +342,12 @@ double least_room(const Schedule& schedule, int64_t chunk, const std::vector<dou
   return hi;
 }
 
-double modelled_peak(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, const Ranges& ranges) {
-  const Model m(schedule, chunk, saved);
-  return timeline_peak(m, ranges);
-}
+double Timeline::peak(const Ranges& ranges) const { return timeline_peak(*figures_, ranges); }
 
 Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, uint64_t to_free,
                      bool* most, Ranges* off_hull) {
   if (most) *most = false;
-  const Model m(schedule, chunk, saved);
+  const RangeFigures m(schedule, chunk, saved, false);
   if (m.total <= 0) {
     if (most) *most = true;
     return {};
@@ -393,7 +403,7 @@ Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<
 
 uint64_t modelled_saving(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
                          const Ranges& ranges) {
-  const Model m(schedule, chunk, saved);
+  const RangeFigures m(schedule, chunk, saved, false);
   double freed = 0, largest = 0;
   for (const auto& [l, r] : ranges) {
     if (r - l >= m.window) continue;

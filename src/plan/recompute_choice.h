@@ -24,7 +24,7 @@
 // stay outputs, cheap elementwise ops are recomputed before convolutions are.
 //
 // That model counts every value kept against the largest segment. A second, the timeline
-// (ranges_within, least_room below), follows the backward through the order: a segment's backward
+// (Timeline below), follows the backward through the order: a segment's backward
 // runs while what was kept before it is held and what came after it is gone, so a CNN's first
 // layers (its largest) may be recomputed in long segments and its last in short ones. A dynamic
 // program over the order, whose state is the bytes kept so far (in 64 steps of the room, each
@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -64,16 +65,28 @@ Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<
 uint64_t modelled_saving(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
                          const Ranges& ranges);
 
-// The timeline model (recompute_choice.cpp): what the backward holds when each segment's
-// backward runs (the values kept before it, its own, its gradients in flight), whose most over the
-// order is a set's modelled peak, in bytes of values.
-// The cheapest ranges whose modelled peak is at most `room`; nullopt where none are (or the graph
-// is too large to search).
-std::optional<Ranges> ranges_within(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved,
-                                    double room);
-// The least modelled peak of any set of ranges (within 1%), and (when given) that set.
-double least_room(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, Ranges* ranges);
-// The modelled peak of `ranges` (none: the run without recomputation).
-double modelled_peak(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, const Ranges& ranges);
+// The timeline model (recompute_choice.cpp) of one schedule's order, for chunks of `chunk`
+// (`saved` as for choose_ranges): what the backward holds when each segment's backward runs (the
+// values kept before it, its own, its gradients in flight), whose most over the order is a set's
+// modelled peak, in bytes of values. Its figures are made once, for every question asked of it.
+struct RangeFigures;
+class Timeline {
+ public:
+  Timeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved);
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  // The cheapest ranges whose modelled peak is at most `room`; nullopt where none are (or the
+  // graph is too large to search).
+  std::optional<Ranges> within(double room) const;
+  // The least modelled peak of any set of ranges (within 1%), and (when given) that set.
+  double least_room(Ranges* ranges) const;
+  // The modelled peak of `ranges` (none: the run without recomputation).
+  double peak(const Ranges& ranges) const;
+
+ private:
+  std::unique_ptr<const RangeFigures> figures_;
+};
 
 }  // namespace koila
