@@ -143,7 +143,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     // worse may peak lower; the unet of bench_recompute: 0.81 -> 0.79 of its activations): the
     // lowest simulated.
     std::optional<Recomputing> r = simulate(choose_ranges(base, normalized, saved, UINT64_MAX));
-    const Timeline timeline(base, normalized, saved);
+    const RecomputeTimeline timeline(base, normalized, saved);
     Ranges least;
     const double room = timeline.least_room(&least);
     if (!least.empty()) {
@@ -182,7 +182,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   // room (simulated: the model counts values, the simulation all the run holds); the cheaper of
   // those that fit and `r`.
   const auto by_timeline = [&](std::optional<Recomputing> r) {
-    const Timeline timeline(base, normalized, saved);
+    const RecomputeTimeline timeline(base, normalized, saved);
     Ranges least;
     double lo = timeline.least_room(&least);
     if (least.empty()) return r;

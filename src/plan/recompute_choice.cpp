@@ -314,17 +314,17 @@ double timeline_peak(const RangeFigures& m, const Ranges& ranges) {
 
 }  // namespace
 
-Timeline::Timeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved)
+RecomputeTimeline::RecomputeTimeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved)
     : figures_(std::make_unique<RangeFigures>(schedule, chunk, saved, true)) {}
 
-Timeline::~Timeline() = default;
+RecomputeTimeline::~RecomputeTimeline() = default;
 
-std::optional<Ranges> Timeline::within(double room) const {
+std::optional<Ranges> RecomputeTimeline::within(double room) const {
   double work = kTimelineWork;
   return within_room(*figures_, room, &work);
 }
 
-double Timeline::least_room(Ranges* ranges) const {
+double RecomputeTimeline::least_room(Ranges* ranges) const {
   double hi = timeline_peak(*figures_, {}), lo = 0;
   if (ranges) ranges->clear();
   double work = kTimelineWork * 4;
@@ -342,7 +342,7 @@ double Timeline::least_room(Ranges* ranges) const {
   return hi;
 }
 
-double Timeline::peak(const Ranges& ranges) const { return timeline_peak(*figures_, ranges); }
+double RecomputeTimeline::peak(const Ranges& ranges) const { return timeline_peak(*figures_, ranges); }
 
 Ranges choose_ranges(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved, uint64_t to_free,
                      bool* most, Ranges* off_hull) {

@@ -24,7 +24,7 @@
 // stay outputs, cheap elementwise ops are recomputed before convolutions are.
 //
 // That model counts every value kept against the largest segment. A second, the timeline
-// (Timeline below), follows the backward through the order: a segment's backward
+// (RecomputeTimeline below), follows the backward through the order: a segment's backward
 // runs while what was kept before it is held and what came after it is gone, so a CNN's first
 // layers (its largest) may be recomputed in long segments and its last in short ones. A dynamic
 // program over the order, whose state is the bytes kept so far (in 64 steps of the room, each
@@ -70,12 +70,12 @@ uint64_t modelled_saving(const Schedule& schedule, int64_t chunk, const std::vec
 // values kept before it, its own, its gradients in flight), whose most over the order is a set's
 // modelled peak, in bytes of values. Its figures are made once, for every question asked of it.
 struct RangeFigures;
-class Timeline {
+class RecomputeTimeline {
  public:
-  Timeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved);
-  ~Timeline();
-  Timeline(const Timeline&) = delete;
-  Timeline& operator=(const Timeline&) = delete;
+  RecomputeTimeline(const Schedule& schedule, int64_t chunk, const std::vector<double>& saved);
+  ~RecomputeTimeline();
+  RecomputeTimeline(const RecomputeTimeline&) = delete;
+  RecomputeTimeline& operator=(const RecomputeTimeline&) = delete;
 
   // The cheapest ranges whose modelled peak is at most `room`; nullopt where none are (or the
   // graph is too large to search).
