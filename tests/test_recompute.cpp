@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 
 #include <unordered_map>
@@ -46,7 +47,7 @@ struct Mlp {
     loss = CALL(koila_mean, sq.get(), nullptr, 0, 0);
   }
   const Node* n(const Handle& h) const { return h->node.get(); }
-  koila::RecomputeSegment segment() const { return {{n(x), n(p1), n(p2)}, {n(h2)}}; }
+  koila::RecomputeSegment segment() const { return {{n(x), n(p1), n(p2)}, {n(h2)}, {}}; }
   std::vector<at::Tensor> params() const { return {w1, w2, w3}; }
   void zero() const {
     for (at::Tensor p : params()) p.mutable_grad() = at::Tensor();
@@ -131,7 +132,7 @@ TEST(Recompute, TheSegmentsOutputRunAgainIsLetGoBeforeItsBackward) {
       if (!recompute) {
         l = koila::evaluate(loss->node, options);
       } else {
-        const koila::RecomputeSegment s{{x->node.get(), p1->node.get()}, {sum->node.get()}};
+        const koila::RecomputeSegment s{{x->node.get(), p1->node.get()}, {sum->node.get()}, {}};
         const koila::Tensors out = koila::run_recomputed(s, {x->node->value, w1}, options);
         std::unordered_map<const Node*, at::Tensor> given{{sum->node.get(), out[0]}};
         koila::EvalOptions rest = options;
@@ -151,6 +152,82 @@ TEST(Recompute, TheSegmentsOutputRunAgainIsLetGoBeforeItsBackward) {
   EXPECT_LE(again, once + tensor / 4) << "the backward's peak recomputing " << again << " B, run once " << once
                                       << " B (a [batch, width] tensor is " << tensor << " B)";
   w1.mutable_grad() = at::Tensor();
+}
+
+// A segment whose parameters no op outside it reads, in a backward that adds into .grad (a
+// committed run's; here .grad already holds a sum, as in every chunk after the first): its
+// backward adds each weight's gradient into .grad as it makes it, as the run without
+// recomputation does, rather than holding all of them (6 weights of 1 MiB) until its end. In a
+// backward that returns gradients (a probe's: torch::autograd::grad) they come back, and .grad is
+// left alone. The gradients are bit for bit those of the run without recomputation either way.
+TEST(Recompute, ASegmentsBackwardAddsItsParametersGradientsIntoGradAsItMakesThem) {
+  BudgetGuard restore;
+  at::manual_seed(6);
+  const int64_t batch = 4, width = 512, layers = 6;
+  std::vector<at::Tensor> w;
+  std::vector<Handle> p, keep;
+  Handle x = koila_models::lazy(at::randn({batch, width}), 0);
+  std::vector<const Node*> inputs{x->node.get()};
+  koila_tensor* h = x.get();
+  for (int64_t k = 0; k < layers; ++k) {
+    w.push_back((at::randn({width, width}) * 0.05).requires_grad_(true));
+    p.push_back(koila_models::share(w.back()));
+    inputs.push_back(p.back()->node.get());
+    keep.push_back(CALL(koila_matmul, h, p.back().get()));
+    keep.push_back(CALL(koila_tanh, keep.back().get()));
+    h = keep.back().get();
+  }
+  Handle loss = CALL(koila_sum, h, nullptr, 0, 0);
+  const c10::Device cpu(c10::kCPU);
+  const auto set_grads = [&](double value) {
+    for (at::Tensor& t : w) t.mutable_grad() = at::full({width, width}, value);
+  };
+  // The loss, its segment recomputed where `only_here` is given (a flag per input).
+  const auto forward = [&](const std::vector<bool>* only_here) {
+    c10::AutoGradMode grad(true);
+    koila::EvalOptions options;
+    options.grad = true;
+    if (!only_here) return koila::evaluate(loss->node, options);
+    const koila::RecomputeSegment s{inputs, {h->node.get()}, *only_here};
+    koila::Tensors values{x->node->value};
+    values.insert(values.end(), w.begin(), w.end());
+    const koila::Tensors out = koila::run_recomputed(s, values, options);
+    std::unordered_map<const Node*, at::Tensor> given{{h->node.get(), out[0]}};
+    koila::EvalOptions rest = options;
+    rest.given = &given;
+    return koila::evaluate(std::vector<const Node*>{loss->node.get()}, rest)[0];
+  };
+  const auto backward_peak = [&](const std::vector<bool>* only_here, std::vector<at::Tensor>* grads) {
+    set_grads(1.0);
+    at::Tensor l = forward(only_here);
+    const uint64_t before = koila::memory_stats(cpu).current;
+    koila::reset_peak(cpu);
+    l.backward();
+    const uint64_t peak = koila::memory_stats(cpu).peak - before;
+    for (const at::Tensor& t : w) grads->push_back(t.grad().clone());
+    return peak;
+  };
+  const std::vector<bool> added(inputs.size(), true), returned(inputs.size(), false);
+  std::vector<at::Tensor> once, into_grad, back;
+  backward_peak(nullptr, &once);
+  const uint64_t adding = backward_peak(&added, &into_grad);
+  const uint64_t holding = backward_peak(&returned, &back);
+  for (int64_t k = 0; k < layers; ++k) {
+    EXPECT_TRUE(at::equal(into_grad[k], once[k])) << "weight " << k;
+    EXPECT_TRUE(at::equal(back[k], once[k])) << "weight " << k;
+  }
+  const uint64_t weight = uint64_t{width} * width * sizeof(float);
+  EXPECT_LE(adding + 3 * weight, holding) << "the segment's backward peaked at " << adding << " B adding into .grad, "
+                                          << holding << " B returning the gradients";
+  // A backward that returns gradients: they come back, and .grad is untouched.
+  set_grads(1.0);
+  const at::Tensor l = forward(&added);
+  const koila::Tensors got = torch::autograd::grad({l}, w);
+  for (int64_t k = 0; k < layers; ++k) {
+    EXPECT_TRUE(at::equal(got[k] + 1.0, once[k])) << "weight " << k;
+    EXPECT_TRUE(at::equal(w[k].grad(), at::ones({width, width}))) << "weight " << k << "'s .grad was written";
+  }
+  for (at::Tensor& t : w) t.mutable_grad() = at::Tensor();
 }
 
 TEST(Recompute, TheBackwardLeavesTheRandomStreamWhereItWas) {
@@ -188,7 +265,7 @@ TEST(Recompute, RunsOnMetaTensorsAsTheSimulationRunsIt) {
 TEST(Recompute, SegmentsAreChecked) {
   const Mlp m(8, 16);
   // W2 left out of the inputs: the segment would reach a leaf it was not given.
-  const koila::RecomputeSegment missing{{m.n(m.x), m.n(m.p1)}, {m.n(m.h2)}};
+  const koila::RecomputeSegment missing{{m.n(m.x), m.n(m.p1)}, {m.n(m.h2)}, {}};
   try {
     koila::segment_ops(missing);
     ADD_FAILURE() << "a segment reaching a leaf not among its inputs was accepted";
@@ -200,8 +277,8 @@ TEST(Recompute, SegmentsAreChecked) {
   // (run_recomputed; RecomputePlan tests check the statistics are updated once).
   Handle rm = from_aten(at::zeros({16})), rv = from_aten(at::ones({16}));
   Handle bn = CALL(koila_batch_norm, m.h2.get(), nullptr, nullptr, rm.get(), rv.get(), 1, 0.1, 1e-5);
-  const koila::RecomputeSegment stats{{m.n(m.x), m.n(m.p1), m.n(m.p2), rm->node.get(), rv->node.get()},
-                                      {bn->node.get()}};
+  const koila::RecomputeSegment stats{
+      {m.n(m.x), m.n(m.p1), m.n(m.p2), rm->node.get(), rv->node.get()}, {bn->node.get()}, {}};
   EXPECT_EQ(koila::segment_ops(stats).size(), 6u);
 }
 

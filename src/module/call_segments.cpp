@@ -308,6 +308,9 @@ CallSegment make_segment(const Layout& l, size_t first, size_t last,
     const auto found = inside.find(v);
     if (found != inside.end()) return found->second;
     if (l.rederived.count(v)) {  // a constant or an attribute: made again here
+      std::vector<std::string> path;
+      if (v->node()->kind() == c10::prim::GetAttr && tensor_type(v->type()) && attribute_path(l, v, path))
+        s.reads.push_back(std::move(path));
       JitNode* c = g->createClone(v->node(), map);
       g->insertNode(c);
       for (size_t k = 0; k < c->outputs().size(); ++k) inside[v->node()->output(k)] = c->output(k);

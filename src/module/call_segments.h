@@ -24,6 +24,8 @@ struct CallSegment {
   std::vector<torch::jit::Value*> inputs;
   std::vector<torch::jit::Value*> outputs;
   std::shared_ptr<torch::jit::GraphFunction> function;  // (self, inputs...) -> (outputs...)
+  // Attribute paths from the module (names, outermost first) of the tensors it reads.
+  std::vector<std::vector<std::string>> reads;
 };
 
 struct CallSegments {

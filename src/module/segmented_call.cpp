@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct SegmentBackward : torch::autograd::Node {
   std::vector<bool> needs_grad;     // per input: an edge of this node
   c10::IValue module;               // reading copies of what the forward wrote
   Tensors state;                    // the state tensors that require grad (edges after the inputs')
+  std::vector<bool> state_here;     // per state tensor: read by this segment alone (of the run's ops)
   c10::Device device = c10::Device(c10::kCPU);
   std::vector<at::Tensor> random_states;  // when the first run began (not on meta)
   FusedPass pass;                         // of the first run: the second fuses as it would have
@@ -64,6 +66,9 @@ struct SegmentBackward : torch::autograd::Node {
     if (!segments) fail(Code::InvalidArgument, "module " + call_name + ": a segment was differentiated twice");
     const InRecomputeBackward inside;  // (the timeline shows the ops it runs)
     const CallSegment& segment = segments->segments[index];
+    // The parameters this segment alone reads get their gradients added into .grad as they are
+    // made, where the backward around adds into them; the others' come back (segment_gradients).
+    const bool into_grad = backward_accumulates_into_leaves();
     size_t n_edges = 0;
     for (bool b : needs_grad) n_edges += b ? 1 : 0;
     torch::autograd::variable_list result(n_edges + state.size());
@@ -75,8 +80,7 @@ struct SegmentBackward : torch::autograd::Node {
       c10::IValue v = inputs[i];
       if (needs_grad[i]) {
         if (task_should_compute_output(edge)) {
-          at::Tensor x = v.toTensor().detach();
-          x.requires_grad_(true);
+          at::Tensor x = gradient_taking(v.toTensor());
           xs.push_back(x);
           x_edge.push_back(edge);
           v = x;
@@ -100,27 +104,30 @@ struct SegmentBackward : torch::autograd::Node {
     }
     if (stack.size() != segment.outputs.size())
       fail(Code::Internal, "module " + call_name + ": a segment run again gave another number of values");
-    Tensors roots, grad_outputs;
+    torch::autograd::edge_list roots;
+    Tensors grad_outputs;
     size_t k = 0;  // (grads: one per output that is a tensor)
     for (const c10::IValue& out : stack) {
       if (!out.isTensor()) continue;
       const at::Tensor t = out.toTensor();
       if (k < grads.size() && grads[k].defined() && t.defined() && t.requires_grad()) {
-        roots.push_back(t);
+        roots.push_back(torch::autograd::impl::gradient_edge(t));
         grad_outputs.push_back(grads[k]);
       }
       ++k;
     }
+    stack.clear();  // (the outputs run again need not live while their backward runs)
     Tensors wrt = xs;
     std::vector<size_t> wrt_edge = x_edge;
+    std::vector<bool> into_leaves(xs.size(), false);
     for (size_t i = 0; i < state.size(); ++i)
       if (task_should_compute_output(n_edges + i)) {
         wrt.push_back(state[i]);
         wrt_edge.push_back(n_edges + i);
+        into_leaves.push_back(into_grad && state_here[i] && state[i].is_leaf());
       }
     if (!roots.empty() && !wrt.empty()) {
-      const Tensors g = torch::autograd::grad(roots, wrt, grad_outputs, /*retain_graph=*/false,
-                                              /*create_graph=*/false, /*allow_unused=*/true);
+      const Tensors g = segment_gradients(roots, grad_outputs, wrt, into_leaves);
       for (size_t j = 0; j < g.size(); ++j) result[wrt_edge[j]] = g[j];
     }
     segments.reset();
@@ -166,6 +173,20 @@ std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module&
   Tensors state;  // that require grad: every segment's backward sends them theirs
   for (size_t i = call.n_inputs; i < args.size(); ++i)
     if (args[i].defined() && args[i].requires_grad()) state.push_back(args[i]);
+  // How many segments read each (none where the plan says another op reads them too: the
+  // segments' backward then adds into none of their .grad, see segment_gradients).
+  std::vector<size_t> readers(state.size(), 0);
+  std::vector<std::unordered_set<size_t>> reads(segments->segments.size());
+  if (segmented_programs_add_into_leaves()) {
+    std::unordered_map<const c10::TensorImpl*, size_t> position;
+    for (size_t i = 0; i < state.size(); ++i) position.emplace(state[i].unsafeGetTensorImpl(), i);
+    for (size_t s = 0; s < segments->segments.size(); ++s)
+      for (const std::vector<std::string>& path : segments->segments[s].reads) {
+        const at::Tensor t = attribute_at(target._ivalue(), path);
+        const auto found = t.defined() ? position.find(t.unsafeGetTensorImpl()) : position.end();
+        if (found != position.end() && reads[s].insert(found->second).second) ++readers[found->second];
+      }
+  }
   // Copies of what the forward writes in place, before it does: the second runs read them.
   std::unordered_map<const c10::TensorImpl*, at::Tensor> copies;
   for (const std::vector<std::string>& path : segments->written) {
@@ -214,6 +235,7 @@ std::optional<Tensors> run_segmented(const Call& call, const torch::jit::Module&
       bool differentiable = !edges.empty() || !state.empty();
       for (const at::Tensor& t : state) edges.push_back(t);
       node->state = state;
+      for (size_t i = 0; i < state.size(); ++i) node->state_here.push_back(readers[i] == 1 && reads[s].count(i) > 0);
       if (differentiable) node->set_next_edges(torch::autograd::collect_next_edges(edges));
       for (size_t j = 0; j < stack.size(); ++j) {
         c10::IValue out = std::move(stack[j]);

@@ -389,7 +389,8 @@ const Schedule& forward_schedule(const ChunkRun& run, const Schedule& base) {
 Tensors forward_for_backward(const ChunkRun& run, const GradFusion& fusion, const Schedule& base,
                              const EvalOptions& options) {
   const GradFusion::Forward fusing(fusion);
-  const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs);
+  const SegmentingPrograms inside(run.recompute && run.recompute->inside_programs,
+                                  run.recompute && !run.recompute->programs_share_leaves);
   return evaluate(forward_schedule(run, base), options);
 }
 

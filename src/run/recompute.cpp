@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "base/random_scope.h"
 #include "base/text.h"
 #include "kernels/batch_stats.h"
+#include "kernels/fused_grads.h"
 
 namespace koila {
 
@@ -28,26 +30,17 @@ namespace {
 thread_local bool running_again = false;
 thread_local int backward_depth = 0;   // RecomputeBackward functions running on this thread
 thread_local bool segmenting = false;  // SegmentingPrograms
+thread_local bool segmenting_into_leaves = false;
 
-// The gradients of `wrt` (none where unreached) from a backward that starts at `roots` with
-// `grad_outputs`, as torch::autograd::grad computes them, but from the roots' edges: the
-// segment's outputs run again need not live while it runs (their functions keep what they saved;
-// an output no op inside read, such as a residual block's sum, is freed before its backward).
-Tensors gradients_from_edges(const torch::autograd::edge_list& roots, const Tensors& grad_outputs, const Tensors& wrt) {
-  torch::autograd::edge_list outputs;
-  outputs.reserve(wrt.size());
-  for (const at::Tensor& x : wrt) {
-    compat::AutogradNodeRef fn = x.grad_fn();
-    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(x);
-    if (fn)
-      outputs.emplace_back(std::move(fn), x.output_nr());
-    else  // (not reached from the roots: its gradient stays undefined)
-      outputs.emplace_back(compat::make_autograd_node<torch::autograd::Identity>(), 0);
+// The function of a gradient_taking input: keeps the gradient that reaches it.
+struct TakeGradient : torch::autograd::Node {
+  at::Tensor grad;
+  std::string name() const override { return "TakeGradient"; }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    if (!grads.empty()) grad = std::move(grads[0]);
+    return {};
   }
-  return torch::autograd::Engine::get_default_engine().execute(roots, grad_outputs, /*keep_graph=*/false,
-                                                               /*create_graph=*/false, /*accumulate_grad=*/false,
-                                                               outputs);
-}
+};
 
 // The segment's backward: runs it again from the inputs it kept, with autograd, drawing the
 // random numbers its forward drew, and differentiates it.
@@ -55,12 +48,15 @@ struct RecomputeBackward : torch::autograd::Node {
   RecomputeSegment segment;
   EvalOptions options;               // the forward's (its chunk, its leaves)
   bool segmenting_programs = false;  // as in the forward
+  bool programs_into_leaves = false;
   // The inputs that require grad, saved as autograd saves (their versions checked); the others
   // (data, integer values, state) kept as they are: state that the first run changed in place
   // is replaced by its copy from before (`state`).
   std::vector<torch::autograd::SavedVariable> inputs;
   Tensors plain;
   std::vector<bool> needs_grad;
+  Tensors leaves;  // per input: itself where it is an autograd leaf requiring grad (a parameter)
+  FusedPass pass;  // of the first run: run again into .grad, the segment fuses as it would have
   c10::Device device = c10::Device(c10::kCPU);
   std::vector<at::Tensor> random_states;  // the generators' when the forward began (not on meta)
 
@@ -68,16 +64,26 @@ struct RecomputeBackward : torch::autograd::Node {
   void release_variables() override {
     for (torch::autograd::SavedVariable& v : inputs) v.reset_data();
     plain.clear();
+    leaves.clear();
     random_states.clear();
   }
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const InRecomputeBackward inside;
+    // Into the parameters' .grad where the backward around adds into them: the segment runs
+    // again on the parameters themselves. Else on detached copies, whose gradients come back.
+    const bool into_leaves = backward_accumulates_into_leaves();
     torch::autograd::variable_list result(inputs.size());
     Tensors xs(inputs.size());
+    std::vector<bool> direct(inputs.size(), false);
     std::unordered_map<const koila::Node*, at::Tensor> given;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      xs[i] = needs_grad[i] ? inputs[i].unpack().detach() : plain[i];
-      if (needs_grad[i]) xs[i].requires_grad_(true);
+      if (!needs_grad[i]) {
+        xs[i] = plain[i];
+      } else {
+        at::Tensor saved = inputs[i].unpack();  // (checks that nothing wrote it in place since)
+        direct[i] = into_leaves && leaves[i].defined();
+        xs[i] = direct[i] ? leaves[i] : gradient_taking(saved);
+      }
       given.emplace(segment.inputs[i], xs[i]);
     }
     Tensors outs;
@@ -90,7 +96,8 @@ struct RecomputeBackward : torch::autograd::Node {
         random->replay(random_states);
       }
       c10::AutoGradMode on(true);
-      const SegmentingPrograms inside(segmenting_programs);
+      const FusedPassAgain fused(into_leaves ? pass : FusedPass{});
+      const SegmentingPrograms inside(segmenting_programs, programs_into_leaves);
       EvalOptions again = options;
       again.grad = true;
       again.given = &given;
@@ -99,6 +106,7 @@ struct RecomputeBackward : torch::autograd::Node {
     torch::autograd::edge_list roots;
     Tensors grad_outputs, wrt;
     std::vector<size_t> at_input;
+    std::vector<bool> wrt_direct;
     for (size_t k = 0; k < outs.size() && k < grads.size(); ++k)
       if (grads[k].defined() && outs[k].requires_grad()) {
         roots.push_back(torch::autograd::impl::gradient_edge(outs[k]));
@@ -110,9 +118,10 @@ struct RecomputeBackward : torch::autograd::Node {
       if (needs_grad[i] && task_should_compute_output(i)) {
         wrt.push_back(xs[i]);
         at_input.push_back(i);
+        wrt_direct.push_back(direct[i]);
       }
     if (roots.empty() || wrt.empty()) return result;
-    const Tensors g = gradients_from_edges(roots, grad_outputs, wrt);
+    const Tensors g = segment_gradients(roots, grad_outputs, wrt, wrt_direct);
     for (size_t j = 0; j < g.size(); ++j) result[at_input[j]] = g[j];
     return result;
   }
@@ -193,6 +202,7 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
   node->segment = segment;
   node->options = options;
   node->segmenting_programs = segmenting;
+  node->programs_into_leaves = segmenting_into_leaves;
   node->options.given = nullptr;
   node->options.reached_leaves = nullptr;
   node->options.stats = nullptr;
@@ -204,7 +214,10 @@ Tensors run_recomputed(const RecomputeSegment& segment, const Tensors& input_val
     node->inputs.emplace_back(grad ? v : at::Tensor(), /*is_output=*/false);
     node->plain.push_back(grad ? at::Tensor() : is_state[i] ? state[i] : v);
     node->needs_grad.push_back(grad);
+    const bool only_here = i < segment.only_here.size() && segment.only_here[i];
+    node->leaves.push_back(grad && only_here && v.is_leaf() ? v : at::Tensor());
   }
+  node->pass = current_fused_pass();
   node->set_next_edges(torch::autograd::collect_next_edges(input_values));
   for (at::Tensor& out : outs) out = segment_result(std::move(out), compat::AutogradNodeRef(node));
   return outs;
@@ -220,10 +233,62 @@ at::Tensor segment_result(at::Tensor out, const compat::AutogradNodeRef& node) {
   return out;
 }
 
+bool backward_accumulates_into_leaves() {
+  const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+  return exec_info != nullptr && exec_info->empty();  // (a task that captures lists what it needs)
+}
+
+at::Tensor gradient_taking(const at::Tensor& x) {
+  return segment_result(x.detach(), compat::make_autograd_node<TakeGradient>());
+}
+
+Tensors segment_gradients(const std::vector<torch::autograd::Edge>& roots, const Tensors& grad_outputs,
+                          const Tensors& wrt, const std::vector<bool>& into_leaves) {
+  if (wrt.size() != into_leaves.size()) fail(Code::Internal, "segment_gradients: one flag per tensor");
+  // Every wrt's function among the outputs (only what reaches one runs). From the roots' edges,
+  // not the outputs: the segment's outputs run again need not live while it runs (their
+  // functions keep what they saved; one no op inside read, such as a residual block's sum, is
+  // freed first).
+  torch::autograd::edge_list outputs;
+  outputs.reserve(wrt.size());
+  std::vector<bool> taker(wrt.size(), false);
+  bool added = false, captured = false;  // into some .grad; a leaf's gradient wanted back
+  for (size_t j = 0; j < wrt.size(); ++j) {
+    const at::Tensor& x = wrt[j];
+    taker[j] = std::dynamic_pointer_cast<TakeGradient>(x.grad_fn()) != nullptr;
+    if (!taker[j] && !x.is_leaf())
+      fail(Code::Internal, "segment_gradients: a tensor neither a leaf nor taking its gradient");
+    added = added || (!taker[j] && into_leaves[j]);
+    captured = captured || (!taker[j] && !into_leaves[j]);
+    outputs.push_back(torch::autograd::impl::gradient_edge(x));
+  }
+  torch::autograd::Engine& engine = torch::autograd::Engine::get_default_engine();
+  if (captured || !added) {
+    // Every gradient comes back (where some leaf's must: its accumulator cannot both run and
+    // not), taken at each function's input.
+    return engine.execute(roots, grad_outputs, /*keep_graph=*/false, /*create_graph=*/false,
+                          /*accumulate_grad=*/false, outputs);
+  }
+  // Each function runs: a taker keeps its gradient, a leaf's accumulator adds into its .grad.
+  engine.execute(roots, grad_outputs, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true, outputs);
+  Tensors grads(wrt.size());
+  for (size_t j = 0; j < wrt.size(); ++j)
+    if (taker[j]) grads[j] = std::move(std::dynamic_pointer_cast<TakeGradient>(wrt[j].grad_fn())->grad);
+  return grads;
+}
+
 bool recomputing() { return running_again; }
 bool segmenting_programs() { return segmenting; }
-SegmentingPrograms::SegmentingPrograms(bool on) : previous_(segmenting) { segmenting = on; }
-SegmentingPrograms::~SegmentingPrograms() { segmenting = previous_; }
+bool segmented_programs_add_into_leaves() { return segmenting && segmenting_into_leaves; }
+SegmentingPrograms::SegmentingPrograms(bool on, bool into_leaves)
+    : previous_(segmenting), previous_into_leaves_(segmenting_into_leaves) {
+  segmenting = on;
+  segmenting_into_leaves = into_leaves;
+}
+SegmentingPrograms::~SegmentingPrograms() {
+  segmenting = previous_;
+  segmenting_into_leaves = previous_into_leaves_;
+}
 bool in_recompute_backward() { return backward_depth > 0; }
 InRecomputeBackward::InRecomputeBackward() { ++backward_depth; }
 InRecomputeBackward::~InRecomputeBackward() { --backward_depth; }
@@ -319,6 +384,13 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
   plan->chunk = chunk;
   const size_t n = base.order.size();
   const std::vector<size_t> last_use = last_reads(base);
+  // How many ops read each position (an op reading a value twice counts once).
+  std::vector<size_t> readers(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    std::unordered_set<int64_t> read;
+    for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k)
+      if (base.inputs[k] >= 0 && read.insert(base.inputs[k]).second) ++readers[static_cast<size_t>(base.inputs[k])];
+  }
   for (size_t i = 0; i < n; ++i)
     if (base.order[i]->kind == NodeKind::Op) plan->forward_cost += forward_cost(*base.order[i], chunk);
   if (inside_programs) {
@@ -339,6 +411,11 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
       if (base.order[i]->kind == NodeKind::Op && base.order[i]->runs_program) {
         plan->recomputed_cost += forward_cost(*base.order[i], chunk);
         ++plan->segmented_programs;
+        for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k) {
+          const int64_t p = base.inputs[k];
+          if (p >= 0 && base.order[static_cast<size_t>(p)]->kind != NodeKind::Op && readers[static_cast<size_t>(p)] > 1)
+            plan->programs_share_leaves = true;
+        }
       }
   }
   size_t previous_end = 0;
@@ -348,6 +425,8 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
     previous_end = last + 1;
     RecomputeSegment segment;
     std::unordered_set<const Node*> inputs;
+    std::vector<size_t> input_at;                  // their positions
+    std::unordered_map<size_t, size_t> read_here;  // position -> ops of the range reading it
     uint64_t freed = 0;
     double cost = 0;
     size_t ops = 0;
@@ -356,13 +435,18 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
       if (node->kind != NodeKind::Op) continue;
       ++ops;
       cost += forward_cost(*node, chunk);
+      std::unordered_set<int64_t> read;
       for (size_t k = base.input_start[i]; k < base.input_start[i + 1]; ++k) {
         const int64_t p = base.inputs[k];
         if (p < 0) continue;
         const Node* in = base.order[static_cast<size_t>(p)];
         const bool inside =
             static_cast<size_t>(p) >= first && static_cast<size_t>(p) <= last && in->kind == NodeKind::Op;
-        if (!inside && inputs.insert(in).second) segment.inputs.push_back(in);
+        if (!inside && inputs.insert(in).second) {
+          segment.inputs.push_back(in);
+          input_at.push_back(static_cast<size_t>(p));
+        }
+        if (!inside && read.insert(p).second) ++read_here[static_cast<size_t>(p)];
       }
       if (last_use[i] > last)
         segment.outputs.push_back(node);
@@ -370,6 +454,8 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
         freed += saved.empty() ? value_bytes(*node, chunk) : static_cast<uint64_t>(saved[i]);
     }
     if (ops == 0 || segment.outputs.empty()) continue;
+    for (size_t p : input_at)
+      segment.only_here.push_back(base.order[p]->kind != NodeKind::Op && read_here[p] == readers[p]);
     plan->ranges.emplace_back(first, last);
     plan->freed_bytes += freed;
     plan->recomputed_cost += cost;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/edge.h>
 
 #include <memory>
 #include <string>
@@ -34,6 +35,9 @@ namespace koila {
 struct RecomputeSegment {
   std::vector<const Node*> inputs;
   std::vector<const Node*> outputs;
+  // Per input (or none: all false): a leaf that no op outside the segment reads, whose gradient
+  // its backward adds into the .grad directly where the backward around does (segment_gradients).
+  std::vector<bool> only_here;
 };
 
 // The nodes a segment computes (between `inputs` and `outputs`); fails with
@@ -76,7 +80,8 @@ struct RecomputePlan {
   // (module/segmented_call.h): a whole-model call's backward then holds one segment's
   // activations, not the model's. Set where recomputing koila's ops alone does not fit.
   bool inside_programs = false;
-  size_t segmented_programs = 0;  // those programs
+  size_t segmented_programs = 0;       // those programs
+  bool programs_share_leaves = false;  // a leaf they read is read by another op too
   // What the segments' ops are, for descriptions: "koila_linear x4, koila_relu x4, ...".
   std::string summary() const;
   // The ranges, hashed (a structure's record keeps figures by it, plan/memo.h).
@@ -119,19 +124,46 @@ class RunningAgain {
   bool previous_;
 };
 
+// A segment's input as its backward runs the segment again on it, where the gradient that reaches
+// it is taken rather than added into a .grad: `x` detached, with a history of its own whose
+// function keeps that gradient (segment_gradients returns it, as it arrives: its strides too).
+at::Tensor gradient_taking(const at::Tensor& x);
+
+// A segment's backward, once it has run the segment again: from `roots` with `grad_outputs`, the
+// gradients of `wrt` (undefined where unreached), each gradient_taking's or an autograd leaf of the
+// run itself (a parameter). Where every such leaf has `into_leaves[j]`, their gradients are added
+// into their .grad as they are made and come back undefined (else every gradient comes back,
+// LibTorch's autograd having no backward that both adds into a leaf and returns another's): a
+// segment's backward then holds none of its
+// parameters' gradients until its end (one chunk after another: a weight-sized temporary per
+// layer), and fused layers (kernels/fused_grads.h) add into .grad inside it as outside. That is
+// for the caller to allow only where the backward around adds into every leaf
+// (backward_accumulates_into_leaves()) and no other op reads the leaf (the order in which its
+// gradient's parts add up stays the run's without recomputation: bit for bit on the CPU).
+Tensors segment_gradients(const std::vector<torch::autograd::Edge>& roots, const Tensors& grad_outputs,
+                          const Tensors& wrt, const std::vector<bool>& into_leaves);
+
+// Whether the backward running on this thread adds into every leaf it reaches (a committed run's
+// torch::autograd::backward), rather than returning the gradients of some (a probe's, or a run's
+// into a .grad that holds earlier gradients: torch::autograd::grad).
+bool backward_accumulates_into_leaves();
+
 // Whether module calls and programs run now segment their own graph (RecomputePlan::
 // inside_programs): set by a run's forward that recomputes so, and by a segment's backward run
 // again from one.
+// `into_leaves`: the programs' parameters are read by no other op of the run, so that a segment's
+// backward may add their gradients into .grad as it makes them (segment_gradients).
 bool segmenting_programs();
+bool segmented_programs_add_into_leaves();
 class SegmentingPrograms {
  public:
-  explicit SegmentingPrograms(bool on);
+  explicit SegmentingPrograms(bool on, bool into_leaves = false);
   ~SegmentingPrograms();
   SegmentingPrograms(const SegmentingPrograms&) = delete;
   SegmentingPrograms& operator=(const SegmentingPrograms&) = delete;
 
  private:
-  bool previous_;
+  bool previous_, previous_into_leaves_;
 };
 
 // For each position of `schedule`, the last position that reads its value (a root: the order's
