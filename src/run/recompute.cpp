@@ -255,7 +255,7 @@ Tensors segment_gradients(const std::vector<torch::autograd::Edge>& roots, const
   bool added = false, captured = false;  // into some .grad; a leaf's gradient wanted back
   for (size_t j = 0; j < wrt.size(); ++j) {
     const at::Tensor& x = wrt[j];
-    taker[j] = std::dynamic_pointer_cast<TakeGradient>(x.grad_fn()) != nullptr;
+    taker[j] = dynamic_cast<TakeGradient*>(x.grad_fn().get()) != nullptr;
     if (!taker[j] && !x.is_leaf())
       fail(Code::Internal, "segment_gradients: a tensor neither a leaf nor taking its gradient");
     added = added || (!taker[j] && into_leaves[j]);
@@ -273,7 +273,7 @@ Tensors segment_gradients(const std::vector<torch::autograd::Edge>& roots, const
   engine.execute(roots, grad_outputs, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true, outputs);
   Tensors grads(wrt.size());
   for (size_t j = 0; j < wrt.size(); ++j)
-    if (taker[j]) grads[j] = std::move(std::dynamic_pointer_cast<TakeGradient>(wrt[j].grad_fn())->grad);
+    if (taker[j]) grads[j] = std::move(dynamic_cast<TakeGradient*>(wrt[j].grad_fn().get())->grad);
   return grads;
 }
 
