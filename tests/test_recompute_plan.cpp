@@ -589,6 +589,24 @@ TEST(RecomputePlan, CallsOfAnExportedProgramAreRecomputedWhole) {
   expect_bitwise(stats, plain_stats, "running statistics and counters after the recomputing run");
 }
 
+// The gradients of the mean of squares of `net`'s forward on `xs` in eager LibTorch (.grad
+// cleared before and after).
+std::vector<at::Tensor> eager_grads(torch::jit::Module net, const at::Tensor& xs) {
+  clear_grads(net);
+  const at::Tensor h = net.forward({xs}).toTensor();
+  h.mul(h).mean().backward();
+  std::vector<at::Tensor> grads = koila_test::grads_of(net);
+  clear_grads(net);
+  return grads;
+}
+
+// koila's mean of squares of one call of `m` on `xs` made lazy (its handles kept in `keep`).
+Handle call_loss(koila_module* m, const at::Tensor& xs, std::vector<Handle>& keep) {
+  keep.push_back(koila_models::lazy(xs, 0));
+  keep.push_back(forward(m, {keep.back().get()}));
+  return mean_of_squares(keep.back().get(), keep);
+}
+
 // A TorchScript module whose one sample does not fit: 24 layers (linear, tanh, dropout) over
 // 2048 positions, one call of koila's graph. Recomputing koila's ops cannot help (the call is one
 // op), so the call runs in segments of its own graph: within the budget, with the dropout masks
@@ -614,20 +632,10 @@ TEST(RecomputePlan, AModuleCallRunsInSegmentsOfItsOwnGraphShownInTheTimeline) {
     }
     source += "    return h\n";
     torch::jit::Module net = scripted::module("Deep", params, {}, source);
-    std::vector<at::Tensor> eager;
-    if (!dropout) {
-      clear_grads(net);
-      const at::Tensor h = net.forward({xs}).toTensor();
-      h.mul(h).mean().backward();
-      eager = koila_test::grads_of(net);
-      clear_grads(net);
-    }
-
+    const std::vector<at::Tensor> eager = dropout ? std::vector<at::Tensor>{} : eager_grads(net, xs);
     ModuleHandle m = wrap(net);
     std::vector<Handle> keep;
-    keep.push_back(koila_models::lazy(xs, 0));
-    keep.push_back(forward(m.get(), {keep.back().get()}));
-    const Handle loss = mean_of_squares(keep.back().get(), keep);
+    const Handle loss = call_loss(m.get(), xs, keep);
     RecomputeGuard::set(KOILA_RECOMPUTE_OFF);
     at::manual_seed(21);
     ASSERT_OK(koila_backward(loss.get()));
@@ -652,6 +660,59 @@ TEST(RecomputePlan, AModuleCallRunsInSegmentsOfItsOwnGraphShownInTheTimeline) {
     clear_grads(net);
     ASSERT_OK(koila_set_memory_budget("cpu", 0));
   }
+}
+
+// Branches on a bool attribute of the module (torchvision's residual blocks test
+// use_res_connect, batch norm its training flag) are one node of the forward's graph each, which
+// no cut enters: here the whole forward sits in one. The call's segments take the side the
+// module's attribute takes, and cut inside it: within the budget, with the gradients of the call
+// run once (bit for bit) and of eager LibTorch.
+TEST(RecomputePlan, AModuleCallIsCutInsideTheBranchesItsAttributesDecide) {
+  BudgetGuard restore;
+  RecomputeGuard policy(KOILA_RECOMPUTE_OFF);
+  constexpr int kLayers = 16;
+  const int64_t width = 64;
+  at::manual_seed(13);
+  const at::Tensor xs = at::randn({1, 2048, width});
+  std::vector<scripted::Tensor> params;
+  std::string taken, other;
+  for (int i = 0; i < kLayers; ++i) {
+    const std::string w = "w" + std::to_string(i), b = "b" + std::to_string(i);
+    params.push_back({w, scripted::init({width, width}, 1.0 / std::sqrt(static_cast<double>(width)))});
+    params.push_back({b, scripted::init({width}, 0.1)});
+    taken += "        h = torch.tanh(torch.linear(h, self." + w + ", self." + b + "))\n";
+    other += "        h = torch.relu(torch.linear(h, self." + w + ", self." + b + "))\n";
+  }
+  const std::string source = "def forward(self, x):\n    h = x\n    if self.residual:\n" + taken +
+                             "        h = h + x\n    else:\n" + other + "    return h\n";
+  torch::jit::Module net("Branchy");
+  for (const scripted::Tensor& p : params)
+    net.register_parameter(p.name, p.value.detach().clone().requires_grad_(true), false);
+  net.register_attribute("training", c10::BoolType::get(), true);
+  net.register_attribute("residual", c10::BoolType::get(), true);
+  net.define(source);
+  const std::vector<at::Tensor> eager = eager_grads(net, xs);
+  ModuleHandle m = wrap(net);
+  std::vector<Handle> keep;
+  const Handle loss = call_loss(m.get(), xs, keep);
+  ASSERT_OK(koila_backward(loss.get()));
+  const std::vector<at::Tensor> plain = koila_test::grads_of(net);
+  expect_close(plain, eager, "koila without recomputation against eager LibTorch");
+  clear_grads(net);
+
+  const uint64_t need = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  const uint64_t budget = current_cpu() + need * 8 / 10;
+  ASSERT_OK(koila_set_memory_budget("cpu", budget));
+  RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
+  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
+  expect_timeline_recomputes(loss.get(), 3);
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss.get()));
+  EXPECT_LE(peak_cpu(), budget);
+  expect_bitwise(koila_test::grads_of(net), plain, "segments inside the branch against the call run once");
+  clear_grads(net);
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
 }
 
 // KOILA_CHUNK_FASTEST: a chunk twice the largest that fits without recomputation, recomputing,

@@ -1,6 +1,8 @@
 #include "module/call_segments.h"
 
 #include <c10/core/GradMode.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
@@ -343,9 +345,63 @@ CallSegment make_segment(const Layout& l, size_t first, size_t last,
   return s;
 }
 
+// The branches of `graph` (at any depth) whose condition is a bool attribute of the module: the
+// attribute's path from the module (names, outermost first) and its value in `module`, for each.
+struct Branch {
+  JitNode* node;
+  std::vector<std::string> path;
+  bool value;
+};
+std::vector<Branch> attribute_branches(torch::jit::Graph& graph, const c10::IValue& module) {
+  std::vector<Branch> out;
+  if (graph.inputs().empty()) return out;
+  const JitValue* self = graph.inputs()[0];
+  std::function<void(torch::jit::Block*)> visit = [&](torch::jit::Block* block) {
+    for (JitNode* n : block->nodes()) {
+      for (torch::jit::Block* inner : n->blocks()) visit(inner);
+      if (n->kind() != c10::prim::If || n->inputs().size() != 1) continue;
+      std::vector<std::string> path;
+      const JitValue* v = n->input(0);
+      while (v != self && v->node()->kind() == c10::prim::GetAttr) {
+        path.insert(path.begin(), v->node()->s(c10::attr::name));
+        v = v->node()->input(0);
+      }
+      if (v != self || path.empty()) continue;
+      c10::IValue value = module;
+      for (const std::string& name : path) {
+        if (!value.isObject() || !value.toObjectRef().type()->hasAttribute(name)) {
+          value = c10::IValue();
+          break;
+        }
+        value = value.toObjectRef().getAttr(name);
+      }
+      if (value.isBool()) out.push_back(Branch{n, std::move(path), value.toBool()});
+    }
+  };
+  visit(graph.block());
+  return out;
+}
+
+// A copy of the forward's graph with the branches that test a bool attribute of the module (a
+// residual block's use_res_connect, a layer's training, densenet's memory_efficient) replaced by
+// the side `target` takes: a branch is one top-level node, which no cut enters, so a model made
+// of such blocks (torchvision's mobilenet_v2: 17 of its 18) was one segment per block at best.
+// What runs is the same ops as the whole forward runs for this module.
+std::shared_ptr<torch::jit::Graph> taken_branches(torch::jit::Graph& graph, const torch::jit::Module& target) {
+  std::shared_ptr<torch::jit::Graph> copy = graph.copy();
+  const std::vector<Branch> branches = attribute_branches(*copy, target._ivalue());
+  if (branches.empty()) return copy;
+  for (const Branch& b : branches) {
+    const torch::jit::WithInsertPoint here(b.node);
+    b.node->replaceInput(0, copy->insertConstant(b.value));
+  }
+  torch::jit::ConstantPropagationImmutableTypes(copy);  // (inlines the sides taken; drops the rest)
+  return copy;
+}
+
 std::shared_ptr<const CallSegments> segments_of(const Call& call, const torch::jit::Module& target,
                                                 const Tensors& args) {
-  const std::shared_ptr<torch::jit::Graph> graph = call.module.get_method("forward").graph();
+  const std::shared_ptr<torch::jit::Graph> graph = taken_branches(*call.module.get_method("forward").graph(), target);
   const Layout l = layout_of(graph);
   if (!l.self || l.nodes.size() < 2 || graph->outputs().size() != 1) return nullptr;
   auto out = std::make_shared<CallSegments>();
@@ -429,6 +485,10 @@ std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch:
     key += std::string(c10::toString(args[i].scalar_type()));
     for (int64_t d : args[i].sizes()) key += "," + std::to_string(d);
   }
+  // and by the sides its branches take (taken_branches; the graph fixes which branches).
+  key += "|";
+  for (const Branch& b : attribute_branches(*call.module.get_method("forward").graph(), target._ivalue()))
+    key += b.value ? '1' : '0';
   struct Entry {
     std::shared_ptr<torch::jit::Graph> graph;  // (its address is in the key)
     std::shared_ptr<const CallSegments> segments;

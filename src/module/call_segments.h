@@ -40,7 +40,9 @@ struct CallSegments {
 };
 
 // The segments of `call`'s forward for arguments like `args` ([inputs..., state...]; the module
-// `target` holds the state), chosen once per graph and argument shapes and remembered; nullptr
+// `target` holds the state), of the forward's graph with each branch that tests a bool attribute
+// of the module (use_res_connect, training) replaced by the side `target` takes, so that cuts may
+// fall inside it; chosen once per graph, argument shapes and sides taken, and remembered; nullptr
 // where the graph has no allowed cut, returns something other than tensors in tuples, lists and
 // dicts, or cannot run on meta tensors.
 std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch::jit::Module& target,

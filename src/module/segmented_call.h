@@ -9,7 +9,9 @@
 //
 // The granularity is the module's forward graph after koila inlined it (op_routes.h): its
 // top-level nodes, one TorchScript operator each (a loop or a branch is one node with what runs
-// inside it). A cut between two nodes is allowed where every value crossing it is a tensor that
+// inside it, except a branch that tests a bool attribute of the module, such as a residual
+// block's use_res_connect or a layer's training: the side the module takes is inlined first, as
+// freezing would, and its operators are top-level nodes). A cut between two nodes is allowed where every value crossing it is a tensor that
 // no later node writes in place, or a value holding no tensor (an int, a list of ints for a
 // shape, a device); the module's attributes (parameters, buffers, submodules) and constants are
 // read again in each segment rather than crossing. Tuples, lists of tensors and objects never
