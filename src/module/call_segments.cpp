@@ -98,12 +98,12 @@ bool may_be_written(const JitValue* v, int depth = 0) {
   return false;
 }
 
-// The attribute path of `v` from the module ({} when it is not one).
-bool attribute_path(const Layout& l, const JitValue* v, std::vector<std::string>& path) {
-  if (v == l.self) return true;
+// The attribute path of `v` from the module `self` ({} when it is not one).
+bool attribute_path(const JitValue* self, const JitValue* v, std::vector<std::string>& path) {
+  if (v == self) return true;
   const JitNode* n = v->node();
   if (n->kind() != c10::prim::GetAttr) return false;
-  if (!attribute_path(l, n->input(0), path)) return false;
+  if (!attribute_path(self, n->input(0), path)) return false;
   path.push_back(n->s(c10::attr::name));
   return true;
 }
@@ -311,7 +311,7 @@ CallSegment make_segment(const Layout& l, size_t first, size_t last,
     if (found != inside.end()) return found->second;
     if (l.rederived.count(v)) {  // a constant or an attribute: made again here
       std::vector<std::string> path;
-      if (v->node()->kind() == c10::prim::GetAttr && tensor_type(v->type()) && attribute_path(l, v, path))
+      if (v->node()->kind() == c10::prim::GetAttr && tensor_type(v->type()) && attribute_path(l.self, v, path))
         s.reads.push_back(std::move(path));
       JitNode* c = g->createClone(v->node(), map);
       g->insertNode(c);
@@ -361,20 +361,8 @@ std::vector<Branch> attribute_branches(torch::jit::Graph& graph, const c10::IVal
       for (torch::jit::Block* inner : n->blocks()) visit(inner);
       if (n->kind() != c10::prim::If || n->inputs().size() != 1) continue;
       std::vector<std::string> path;
-      const JitValue* v = n->input(0);
-      while (v != self && v->node()->kind() == c10::prim::GetAttr) {
-        path.insert(path.begin(), v->node()->s(c10::attr::name));
-        v = v->node()->input(0);
-      }
-      if (v != self || path.empty()) continue;
-      c10::IValue value = module;
-      for (const std::string& name : path) {
-        if (!value.isObject() || !value.toObjectRef().type()->hasAttribute(name)) {
-          value = c10::IValue();
-          break;
-        }
-        value = value.toObjectRef().getAttr(name);
-      }
+      if (!attribute_path(self, n->input(0), path) || path.empty()) continue;
+      const c10::IValue value = attribute_value(module, path);
       if (value.isBool()) out.push_back(Branch{n, std::move(path), value.toBool()});
     }
   };
@@ -458,7 +446,7 @@ std::shared_ptr<const CallSegments> segments_of(const Call& call, const torch::j
     }
     for (const JitValue* v : candidates) {
       std::vector<std::string> path;
-      if (attribute_path(l, v, path) && !path.empty()) written_paths.insert(path);
+      if (attribute_path(l.self, v, path) && !path.empty()) written_paths.insert(path);
     }
   }
   out->written.assign(written_paths.begin(), written_paths.end());
@@ -466,6 +454,15 @@ std::shared_ptr<const CallSegments> segments_of(const Call& call, const torch::j
 }
 
 }  // namespace
+
+c10::IValue attribute_value(const c10::IValue& module, const std::vector<std::string>& path) {
+  c10::IValue v = module;
+  for (const std::string& name : path) {
+    if (!v.isObject() || !v.toObjectRef().type()->hasAttribute(name)) return c10::IValue();
+    v = v.toObjectRef().getAttr(name);
+  }
+  return v;
+}
 
 std::vector<c10::IValue> forward_arguments(const Call& call, const torch::jit::Module& target, const Tensors& args) {
   std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(call.n_inputs));

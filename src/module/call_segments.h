@@ -48,6 +48,9 @@ struct CallSegments {
 std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch::jit::Module& target,
                                                   const Tensors& args);
 
+// The attribute at `path` (names, outermost first) of `module`; none where there is none.
+c10::IValue attribute_value(const c10::IValue& module, const std::vector<std::string>& path);
+
 // The forward's arguments after the module object ([inputs...] with the defaults of those not
 // given), as the forward's schema takes them.
 std::vector<c10::IValue> forward_arguments(const Call& call, const torch::jit::Module& target, const Tensors& args);

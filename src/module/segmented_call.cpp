@@ -138,13 +138,7 @@ struct SegmentBackward : torch::autograd::Node {
 
 // The tensor at attribute `path` of `module` (undefined where there is none).
 at::Tensor attribute_at(const c10::IValue& module, const std::vector<std::string>& path) {
-  c10::IValue v = module;
-  for (const std::string& name : path) {
-    if (!v.isObject()) return {};
-    const auto& object = v.toObjectRef();
-    if (!object.type()->hasAttribute(name)) return {};
-    v = object.getAttr(name);
-  }
+  const c10::IValue v = attribute_value(module, path);
   return v.isTensor() ? v.toTensor() : at::Tensor();
 }
 

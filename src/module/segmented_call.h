@@ -11,10 +11,11 @@
 // top-level nodes, one TorchScript operator each (a loop or a branch is one node with what runs
 // inside it, except a branch that tests a bool attribute of the module, such as a residual
 // block's use_res_connect or a layer's training: the side the module takes is inlined first, as
-// freezing would, and its operators are top-level nodes). A cut between two nodes is allowed where every value crossing
-// it is a tensor that no later node writes in place, or a value holding no tensor (an int, a list of ints for a shape,
-// a device); the module's attributes (parameters, buffers, submodules) and constants are read again in each segment
-// rather than crossing. Tuples, lists of tensors and objects never cross.
+// freezing would, and its operators are top-level nodes). A cut between two nodes is allowed
+// where every value crossing it is a tensor that no later node writes in place, or a value
+// holding no tensor (an int, a list of ints for a shape, a device); the module's attributes
+// (parameters, buffers, submodules) and constants are read again in each segment rather than
+// crossing. Tuples, lists of tensors and objects never cross.
 //
 // The cuts: the sizes of every value come from one run of the graph on meta tensors; of the
 // allowed cuts, Chen et al.'s greedy (2016) takes segments of at most S bytes of values, for the
