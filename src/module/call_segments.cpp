@@ -472,6 +472,27 @@ std::vector<c10::IValue> forward_arguments(const Call& call, const torch::jit::M
   return stack;
 }
 
+// The paths of the bool attributes that `graph`'s branches test (attribute_branches), found once
+// per graph (a call segments every chunk of every step).
+std::vector<std::vector<std::string>> branch_paths(const std::shared_ptr<torch::jit::Graph>& graph,
+                                                   const torch::jit::Module& target) {
+  struct Entry {
+    std::shared_ptr<torch::jit::Graph> graph;  // (its address is the key)
+    std::vector<std::vector<std::string>> paths;
+  };
+  static std::mutex mutex;
+  static std::map<const torch::jit::Graph*, Entry> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = known.find(graph.get());
+    if (found != known.end()) return found->second.paths;
+  }
+  Entry made{graph, {}};
+  for (Branch& b : attribute_branches(*graph, target._ivalue())) made.paths.push_back(std::move(b.path));
+  std::lock_guard<std::mutex> lock(mutex);
+  return known.emplace(graph.get(), std::move(made)).first->second.paths;
+}
+
 std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch::jit::Module& target,
                                                   const Tensors& args) {
   // By graph and the inputs' shapes and dtypes (the graph is kept alive by its entry).
@@ -484,8 +505,10 @@ std::shared_ptr<const CallSegments> call_segments(const Call& call, const torch:
   }
   // and by the sides its branches take (taken_branches; the graph fixes which branches).
   key += "|";
-  for (const Branch& b : attribute_branches(*call.module.get_method("forward").graph(), target._ivalue()))
-    key += b.value ? '1' : '0';
+  for (const std::vector<std::string>& path : branch_paths(call.module.get_method("forward").graph(), target)) {
+    const c10::IValue value = attribute_value(target._ivalue(), path);
+    key += !value.isBool() ? '-' : value.toBool() ? '1' : '0';
+  }
   struct Entry {
     std::shared_ptr<torch::jit::Graph> graph;  // (its address is in the key)
     std::shared_ptr<const CallSegments> segments;

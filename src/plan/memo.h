@@ -114,6 +114,10 @@ struct GraphRecord {
   std::map<std::pair<int64_t, uint64_t>, RecomputeChoice> recompute_choices;
   std::map<int64_t, std::vector<std::pair<size_t, size_t>>> most_recomputed;
   std::map<int64_t, std::vector<double>> saved_by_autograd;
+  // By chunk: the timeline model's least room (RecomputeTimeline::least_room, the costliest
+  // question asked of it) and that room's ranges, found once for the search for the most
+  // recomputation and for that for the least that fits.
+  std::map<int64_t, std::pair<double, std::vector<std::pair<size_t, size_t>>>> timeline_least;
   ChunkTimings timings;             // Chunking::Fastest: the candidates' timed runs (fastest.h)
   ChunkTimings recomputed_timings;  // the same, of candidates that recompute (planner.cpp)
 };

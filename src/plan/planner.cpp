@@ -106,6 +106,23 @@ struct Recomputing {
   bool fits = false;
 };
 
+// The least room of `timeline` (the model of chunks of `normalized`) and its ranges, as
+// RecomputeTimeline::least_room gives them: found once per structure and chunk.
+double least_room_of(GraphRecord& record, const RecomputeTimeline& timeline, int64_t normalized, Ranges* least) {
+  {
+    std::lock_guard<std::mutex> lock(record.mutex);
+    const auto found = record.timeline_least.find(normalized);
+    if (found != record.timeline_least.end()) {
+      *least = found->second.second;
+      return found->second.first;
+    }
+  }
+  const double room = timeline.least_room(least);
+  std::lock_guard<std::mutex> lock(record.mutex);
+  record.timeline_least[normalized] = {room, *least};
+  return room;
+}
+
 // The recomputation of chunks of `chunk` (-1: unsplit) that fits `p` with the least extra
 // forward work, or, with `most`, the one that frees the most (to find whether any fits). Each
 // choice (plan/recompute_choice.h) is simulated; where it falls short, the model is asked for
@@ -145,7 +162,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
     std::optional<Recomputing> r = simulate(choose_ranges(base, normalized, saved, UINT64_MAX));
     const RecomputeTimeline timeline(base, normalized, saved);
     Ranges least;
-    const double room = timeline.least_room(&least);
+    const double room = least_room_of(record, timeline, normalized, &least);
     if (!least.empty()) {
       std::optional<Recomputing> other = simulate(std::move(least));
       if (other && (!r || other->extra < r->extra)) r = std::move(other);
@@ -184,7 +201,7 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   const auto by_timeline = [&](std::optional<Recomputing> r) {
     const RecomputeTimeline timeline(base, normalized, saved);
     Ranges least;
-    double lo = timeline.least_room(&least);
+    double lo = least_room_of(record, timeline, normalized, &least);
     if (least.empty()) return r;
     double hi = timeline.peak({});
     std::optional<Recomputing> best;
