@@ -683,13 +683,12 @@ TEST(RecomputePlan, AModuleCallIsCutInsideTheBranchesItsAttributesDecide) {
     taken += "        h = torch.tanh(torch.linear(h, self." + w + ", self." + b + "))\n";
     other += "        h = torch.relu(torch.linear(h, self." + w + ", self." + b + "))\n";
   }
-  const std::string source = "def forward(self, x):\n    h = x\n    if self.residual:\n" + taken +
+  const std::string source = "def forward(self, x):\n    h = x\n    if self.training:\n" + taken +
                              "        h = h + x\n    else:\n" + other + "    return h\n";
   torch::jit::Module net("Branchy");
   for (const scripted::Tensor& p : params)
     net.register_parameter(p.name, p.value.detach().clone().requires_grad_(true), false);
   net.register_attribute("training", c10::BoolType::get(), true);
-  net.register_attribute("residual", c10::BoolType::get(), true);
   net.define(source);
   const std::vector<at::Tensor> eager = eager_grads(net, xs);
   ModuleHandle m = wrap(net);
@@ -711,6 +710,24 @@ TEST(RecomputePlan, AModuleCallIsCutInsideTheBranchesItsAttributesDecide) {
   ASSERT_OK(koila_backward(loss.get()));
   EXPECT_LE(peak_cpu(), budget);
   expect_bitwise(koila_test::grads_of(net), plain, "segments inside the branch against the call run once");
+  clear_grads(net);
+
+  // In eval mode a call of the same module takes the other side: its segments are cut there (the
+  // sides taken are part of what a call's segments are remembered by), not reused from the
+  // first side, and its gradients are eager LibTorch's of that side.
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  ASSERT_OK(koila_module_train(m.get(), 0));
+  const std::vector<at::Tensor> eager_other = eager_grads(net, xs);
+  const Handle other_loss = call_loss(m.get(), xs, keep);
+  const uint64_t other_need = koila::estimate_extra(other_loss->node, koila::RunMode::Training, 1);
+  const uint64_t other_budget = current_cpu() + other_need * 8 / 10;
+  ASSERT_OK(koila_set_memory_budget("cpu", other_budget));
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(other_loss.get()));
+  EXPECT_LE(peak_cpu(), other_budget);
+  const PlanInfo other_info = plan_of(other_loss.get(), KOILA_MODE_TRAINING);
+  EXPECT_NE(other_info.text.find("1 module call in segments of its own graph"), std::string::npos) << other_info.text;
+  expect_close(koila_test::grads_of(net), eager_other, "segments inside the other side against eager LibTorch");
   clear_grads(net);
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
 }
