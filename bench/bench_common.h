@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "koila.h"
+#include "median.h"
 #include "memory/device_memory.h"
 #include "models.h"
 #include "plan/planner.h"
@@ -19,11 +20,6 @@ using koila_models::check;
 
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Median seconds of `repeats` runs of each step, after one warm-up run of each. The steps

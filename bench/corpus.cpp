@@ -21,15 +21,13 @@
 
 #include "corpus.h"
 #include "corpus_args.h"
+#include "median.h"
 
 using namespace koila_corpus;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
 
 double largest(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 

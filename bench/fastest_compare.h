@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "koila.h"
+#include "median.h"
 
 namespace fastest_bench {
 
@@ -64,10 +65,7 @@ inline std::string fastest_sentence(const std::string& text) {
   return s;
 }
 
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
 
 // `run` runs one step of `t` in `mode` (a read, or a backward) under the budget in force,
 // after `reset` (nothing, or zero_grad: plans are made after it too, as a backward's plan

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "koila.h"
+#include "median.h"
 
 extern char** environ;
 
@@ -42,10 +43,7 @@ void check(koila_status* s, const char* what) {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 struct Model {
   std::vector<koila_tensor*> params;
