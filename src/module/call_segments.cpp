@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -253,14 +254,9 @@ Cuts allowed_cuts(const Layout& l) {
   return cuts;
 }
 
-// Chen et al.'s greedy: segments of at most `most` bytes made, cut where allowed; the cuts and
-// the modelled peak (kept values plus twice the largest segment).
-std::vector<size_t> greedy(const Cuts& cuts, const std::vector<uint64_t>& made,
-                           const std::unordered_map<const JitValue*, uint64_t>& value_bytes, double most,
-                           uint64_t& kept, uint64_t& largest) {
+// Chen et al.'s greedy: segments of at most `most` bytes made, cut where allowed.
+std::vector<size_t> greedy(const Cuts& cuts, const std::vector<uint64_t>& made, double most) {
   std::vector<size_t> chosen;
-  std::unordered_set<const JitValue*> kept_values;
-  kept = largest = 0;
   uint64_t in_segment = 0;
   for (size_t i = 0; i < made.size(); ++i) {
     in_segment += made[i];
@@ -268,18 +264,137 @@ std::vector<size_t> greedy(const Cuts& cuts, const std::vector<uint64_t>& made,
     const bool next_overflows = !last && static_cast<double>(in_segment + made[i + 1]) > most;
     if (!last && cuts.allowed[i] && next_overflows) {
       chosen.push_back(i);
-      for (const JitValue* v : cuts.crossing[i])
-        if (kept_values.insert(v).second) {
-          const auto found = value_bytes.find(v);
-          kept += found == value_bytes.end() ? 0 : found->second;
-        }
-      largest = std::max(largest, in_segment);
       in_segment = 0;
     }
   }
-  largest = std::max(largest, in_segment);
   return chosen;
 }
+
+// The timeline model of a call's cuts. The backward runs the segments in reverse: while a
+// segment's backward runs, the values kept at the cuts up to its start are held (the inputs of
+// the segments before it, and its own), and it makes its values again with their gradients
+// (about twice what it makes); the segments after it are done. A set of cuts' modelled peak is
+// the most of those. The greedy's own model (kept values plus twice the largest segment) counts
+// every kept value against the largest segment, which a CNN's first segments, its largest, never
+// meet: they run last, with little kept before them.
+class CutTimeline {
+ public:
+  CutTimeline(const Layout& l, const Cuts& cuts, const std::vector<uint64_t>& made,
+              const std::unordered_map<const JitValue*, uint64_t>& value_bytes)
+      : n_(made.size()), made_before_(made.size() + 1, 0), crossing_(made.size()) {
+    for (size_t i = 0; i < n_; ++i) made_before_[i + 1] = made_before_[i] + made[i];
+    for (size_t c = 0; c < n_; ++c) {
+      if (!cuts.allowed[c]) continue;
+      allowed_.push_back(c);
+      std::vector<std::pair<size_t, uint64_t>>& at = crossing_[c];
+      for (const JitValue* v : cuts.crossing[c]) {
+        const auto found = value_bytes.find(v);
+        at.emplace_back(static_cast<size_t>(made_at(l, v)), found == value_bytes.end() ? 0 : found->second);
+      }
+      std::sort(at.begin(), at.end());
+      for (size_t k = at.size(); k-- > 1;) at[k - 1].second += at[k].second;  // (suffix sums)
+    }
+  }
+
+  // The modelled peak of cutting after each node of `chosen` (ascending).
+  double peak(const std::vector<size_t>& chosen) const {
+    double kept = 0, most = 0;
+    int64_t from = -1;
+    for (size_t k = 0; k <= chosen.size(); ++k) {
+      const size_t to = k < chosen.size() ? chosen[k] : n_ - 1;
+      most = std::max(most, kept + 2.0 * made_in(from, to));
+      if (k < chosen.size()) kept += static_cast<double>(new_at(to, from));
+      from = static_cast<int64_t>(to);
+    }
+    return most;
+  }
+
+  // The cuts of the least modelled peak (to 1%), by bisection on the peak; empty where no cut
+  // lowers it or the graph has too many cuts to search.
+  std::vector<size_t> least() const {
+    const size_t m = allowed_.size();
+    if (m == 0 || m > kMostCuts) return {};
+    double lo = 0, hi = peak({});
+    std::vector<size_t> best;
+    for (int step = 0; step < 40 && hi - lo > hi / 128; ++step) {
+      const double mid = lo + (hi - lo) / 2;
+      std::optional<std::vector<size_t>> found = within(mid);
+      if (found) {
+        hi = mid;
+        best = std::move(*found);
+      } else {
+        lo = mid;
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr size_t kMostCuts = 4096;  // (the search takes their square, each bisection step)
+
+  // Bytes made by the nodes after `from` (-1: the start) up to `to`.
+  double made_in(int64_t from, size_t to) const {
+    return static_cast<double>(made_before_[to + 1] - made_before_[static_cast<size_t>(from + 1)]);
+  }
+  // Bytes kept at cut `to` that a segment starting after cut `from` made: the values crossing
+  // it made after `from` (those made before cross `from` too, and are kept there).
+  uint64_t new_at(size_t to, int64_t from) const {
+    const std::vector<std::pair<size_t, uint64_t>>& at = crossing_[to];
+    const auto first = std::upper_bound(
+        at.begin(), at.end(), from,
+        [](int64_t f, const std::pair<size_t, uint64_t>& e) { return f < static_cast<int64_t>(e.first); });
+    return first == at.end() ? 0 : first->second;
+  }
+
+  // Cuts under which every segment's modelled peak is at most `room`, nullopt where none are.
+  // What is kept grows with each cut by what depends on that cut and the one before only, so the
+  // least kept at each cut (over the cuts before it) is all a later segment needs to know.
+  std::optional<std::vector<size_t>> within(double room) const {
+    constexpr double kNone = std::numeric_limits<double>::infinity();
+    const size_t m = allowed_.size();
+    std::vector<double> kept(m, kNone);  // the least kept after cutting at allowed_[k]
+    std::vector<int64_t> from(m, -1);    // the cut before it (-1: the start)
+    const auto fits = [&](double before, int64_t start, size_t to) {
+      return before + 2.0 * made_in(start, to) <= room;
+    };
+    if (fits(0, -1, n_ - 1)) return std::vector<size_t>{};  // (no cut needed)
+    for (size_t k = 0; k < m; ++k) {
+      const size_t to = allowed_[k];
+      if (fits(0, -1, to)) {
+        kept[k] = static_cast<double>(new_at(to, -1));
+        from[k] = -1;
+      }
+      for (size_t j = 0; j < k; ++j) {
+        if (kept[j] == kNone) continue;
+        const auto start = static_cast<int64_t>(allowed_[j]);
+        if (!fits(kept[j], start, to)) continue;
+        const double after = kept[j] + static_cast<double>(new_at(to, start));
+        if (after < kept[k]) {
+          kept[k] = after;
+          from[k] = static_cast<int64_t>(j);
+        }
+      }
+    }
+    // The last segment, to the end.
+    int64_t last = -2;  // (none yet)
+    double least = kNone;
+    for (size_t k = 0; k < m; ++k)
+      if (kept[k] != kNone && fits(kept[k], static_cast<int64_t>(allowed_[k]), n_ - 1) && kept[k] < least) {
+        least = kept[k];
+        last = static_cast<int64_t>(k);
+      }
+    if (last == -2) return std::nullopt;
+    std::vector<size_t> chosen;
+    for (int64_t k = last; k >= 0; k = from[static_cast<size_t>(k)]) chosen.push_back(allowed_[static_cast<size_t>(k)]);
+    std::reverse(chosen.begin(), chosen.end());
+    return chosen;
+  }
+
+  size_t n_;
+  std::vector<uint64_t> made_before_;
+  std::vector<std::vector<std::pair<size_t, uint64_t>>> crossing_;  // (made at, bytes from here on)
+  std::vector<size_t> allowed_;
+};
 
 Layout layout_of(const std::shared_ptr<torch::jit::Graph>& graph) {
   Layout l;
@@ -407,18 +522,17 @@ std::shared_ptr<const CallSegments> segments_of(const Call& call, const torch::j
     total += b;
     biggest = std::max(biggest, b);
   }
-  // The segment size with the least modelled peak, over a geometric series.
-  std::vector<size_t> best;
-  double best_peak = -1;
+  // The cuts with the least modelled peak in the timeline model: its own search's, or the
+  // greedy's over a geometric series of segment sizes where one peaks lower.
+  const CutTimeline timeline(l, cuts, *made, value_bytes);
+  std::vector<size_t> best = timeline.least();
+  double best_peak = best.empty() ? -1 : timeline.peak(best);
   for (double most = static_cast<double>(biggest); most <= 2.0 * static_cast<double>(total) + 1; most *= 1.25) {
-    uint64_t kept = 0, largest = 0;
-    std::vector<size_t> chosen = greedy(cuts, *made, value_bytes, most, kept, largest);
-    const double peak = static_cast<double>(kept) + 2.0 * static_cast<double>(largest);
+    std::vector<size_t> chosen = greedy(cuts, *made, most);
+    const double peak = timeline.peak(chosen);
     if (!chosen.empty() && (best_peak < 0 || peak < best_peak)) {
       best_peak = peak;
       best = std::move(chosen);
-      out->kept_bytes = kept;
-      out->largest_segment_bytes = largest;
     }
   }
   if (best.empty()) return nullptr;

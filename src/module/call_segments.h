@@ -36,7 +36,6 @@ struct CallSegments {
   // Attribute paths from the module (names, outermost first) of tensors the forward writes in
   // place (batch norm's running statistics, counters): the second run reads copies.
   std::vector<std::vector<std::string>> written;
-  uint64_t kept_bytes = 0, largest_segment_bytes = 0;  // the model the cuts were chosen by
 };
 
 // The segments of `call`'s forward for arguments like `args` ([inputs..., state...]; the module

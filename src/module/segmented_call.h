@@ -18,9 +18,12 @@
 // crossing. Tuples, lists of tensors and objects never cross.
 //
 // The cuts: the sizes of every value come from one run of the graph on meta tensors; of the
-// allowed cuts, Chen et al.'s greedy (2016) takes segments of at most S bytes of values, for the
-// S (searched over a geometric series) that gives the least peak modelled as the values kept at
-// cuts plus twice the largest segment's. The planner simulates the result, as every plan.
+// allowed cuts, those with the least peak in a timeline model: while a segment's backward runs,
+// the values kept at the cuts up to its start are held, with its own values made again and
+// their gradients (twice what it makes), and the segments after it are done. A dynamic program
+// over the cuts (the least kept at each, under a peak found by bisection) finds them; Chen et
+// al.'s greedy (2016: segments of at most S bytes, S over a geometric series) is kept where it
+// models lower. The planner simulates the result, as every plan.
 //
 // Exact as koila's recomputation (run/recompute.h): random generators replayed per segment,
 // buffers the forward writes in place (batch norm's running statistics, counters) read by the
