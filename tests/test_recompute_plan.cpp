@@ -321,6 +321,37 @@ TEST(RecomputePlan, WhatARecomputingRunTookBeyondItsSimulationCountsForEveryChoi
   EXPECT_GE(*estimator.extra_recomputed(*other), *other_before + kWorkspace);
 }
 
+// The least budget under which a training plan of `loss` is made, in 64ths of its unsplit need
+// without recomputation (with koila's margin) beyond what is in use: `sixtyfourths` (0: none
+// even at the need) and the budget itself.
+struct LeastBudget {
+  int sixtyfourths = 0;
+  uint64_t budget = 0;
+};
+LeastBudget least_budget_that_plans(const koila_tensor* loss) {
+  const double need =
+      static_cast<double>(koila::estimate_extra(loss->node, koila::RunMode::Training, -1)) * (1 + koila::kMargin);
+  const auto budget_at = [&](int sixtyfourths) {
+    return current_cpu() + static_cast<uint64_t>(need * sixtyfourths / 64);
+  };
+  const auto plans = [&](int sixtyfourths) {
+    if (koila_set_memory_budget("cpu", budget_at(sixtyfourths)) != nullptr) return false;
+    koila_plan* p = nullptr;
+    koila_status* s = koila_plan_new(&p, loss, KOILA_MODE_TRAINING);
+    const bool ok = s == nullptr;
+    koila_status_free(s);
+    koila_plan_free(p);
+    return ok;
+  };
+  int lo = 0, hi = 64;  // plans at hi, not at lo
+  if (!plans(hi)) return {};
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (plans(mid) ? hi : lo) = mid;
+  }
+  return {hi, budget_at(hi)};
+}
+
 // The deep MLP (24 layers, width 64, 1024 positions of one sample) at the least budget that plans.
 // What a segment's backward holds depends on where it is: the values kept before it are still
 // held, those after it are gone. Counting every kept value against the largest segment (the first
@@ -342,28 +373,11 @@ TEST(RecomputePlan, TheLeastBudgetFollowsWhatEachSegmentsBackwardHolds) {
   zero_grads(params);
   RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
 
-  const double need =
-      static_cast<double>(koila::estimate_extra(loss->node, koila::RunMode::Training, -1)) * (1 + koila::kMargin);
-  const auto budget_at = [&](int sixtyfourths) {
-    return current_cpu() + static_cast<uint64_t>(need * sixtyfourths / 64);
-  };
-  const auto plans = [&](int sixtyfourths) {
-    if (koila_set_memory_budget("cpu", budget_at(sixtyfourths)) != nullptr) return false;
-    koila_plan* p = nullptr;
-    koila_status* s = koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING);
-    const bool ok = s == nullptr;
-    koila_status_free(s);
-    koila_plan_free(p);
-    return ok;
-  };
-  int lo = 0, hi = 64;  // plans at hi, not at lo
-  ASSERT_TRUE(plans(hi));
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (plans(mid) ? hi : lo) = mid;
-  }
+  const LeastBudget least = least_budget_that_plans(loss.get());
+  ASSERT_GT(least.sixtyfourths, 0) << "no plan at the need";
+  const int hi = least.sixtyfourths;
   EXPECT_LE(hi, 17) << "the least budget that plans is " << hi << "/64 of the need beyond what is in use";
-  const uint64_t budget = budget_at(hi);
+  const uint64_t budget = least.budget;
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   koila_status_free(koila_memory_reset_peak("cpu"));
   ASSERT_OK(koila_backward(loss.get()));
@@ -765,28 +779,11 @@ TEST(RecomputePlan, AModuleCallsCutsFollowWhatEachSegmentsBackwardHolds) {
   clear_grads(net);
   RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
 
-  const double need =
-      static_cast<double>(koila::estimate_extra(loss->node, koila::RunMode::Training, -1)) * (1 + koila::kMargin);
-  const auto budget_at = [&](int sixtyfourths) {
-    return current_cpu() + static_cast<uint64_t>(need * sixtyfourths / 64);
-  };
-  const auto plans = [&](int sixtyfourths) {
-    if (koila_set_memory_budget("cpu", budget_at(sixtyfourths)) != nullptr) return false;
-    koila_plan* p = nullptr;
-    koila_status* s = koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING);
-    const bool ok = s == nullptr;
-    koila_status_free(s);
-    koila_plan_free(p);
-    return ok;
-  };
-  int lo = 0, hi = 64;  // plans at hi, not at lo
-  ASSERT_TRUE(plans(hi));
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (plans(mid) ? hi : lo) = mid;
-  }
+  const LeastBudget least = least_budget_that_plans(loss.get());
+  ASSERT_GT(least.sixtyfourths, 0) << "no plan at the need";
+  const int hi = least.sixtyfourths;
   EXPECT_LE(hi, 55) << "the least budget that plans is " << hi << "/64 of the need beyond what is in use";
-  const uint64_t budget = budget_at(hi);
+  const uint64_t budget = least.budget;
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
   EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
