@@ -621,6 +621,34 @@ Handle call_loss(koila_module* m, const at::Tensor& xs, std::vector<Handle>& kee
   return mean_of_squares(keep.back().get(), keep);
 }
 
+// A module's call on `xs` through koila (call_loss), with the gradients of its backward run once
+// without recomputation (`plain`, checked against eager LibTorch's); the .grad cleared after.
+struct CallRunOnce {
+  ModuleHandle module;
+  std::vector<Handle> keep;
+  Handle loss;
+  std::vector<at::Tensor> plain;
+};
+void run_call_once(const torch::jit::Module& net, const at::Tensor& xs, CallRunOnce& c) {
+  const std::vector<at::Tensor> eager = eager_grads(net, xs);
+  c.module = wrap(net);
+  c.loss = call_loss(c.module.get(), xs, c.keep);
+  ASSERT_OK(koila_backward(c.loss.get()));
+  c.plain = koila_test::grads_of(net);
+  expect_close(c.plain, eager, "koila without recomputation against eager LibTorch");
+  clear_grads(net);
+}
+
+// Under `budget` (set now): the plan of `loss` runs its module call in segments of its own graph,
+// and its backward stays within the budget.
+void expect_call_in_segments_within(koila_tensor* loss, uint64_t budget) {
+  const PlanInfo info = plan_of(loss, KOILA_MODE_TRAINING);
+  EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
+  koila_status_free(koila_memory_reset_peak("cpu"));
+  ASSERT_OK(koila_backward(loss));
+  EXPECT_LE(peak_cpu(), budget);
+}
+
 // A TorchScript module whose one sample does not fit: 24 layers (linear, tanh, dropout) over
 // 2048 positions, one call of koila's graph. Recomputing koila's ops cannot help (the call is one
 // op), so the call runs in segments of its own graph: within the budget, with the dropout masks
@@ -704,43 +732,29 @@ TEST(RecomputePlan, AModuleCallIsCutInsideTheBranchesItsAttributesDecide) {
     net.register_parameter(p.name, p.value.detach().clone().requires_grad_(true), false);
   net.register_attribute("training", c10::BoolType::get(), true);
   net.define(source);
-  const std::vector<at::Tensor> eager = eager_grads(net, xs);
-  ModuleHandle m = wrap(net);
-  std::vector<Handle> keep;
-  const Handle loss = call_loss(m.get(), xs, keep);
-  ASSERT_OK(koila_backward(loss.get()));
-  const std::vector<at::Tensor> plain = koila_test::grads_of(net);
-  expect_close(plain, eager, "koila without recomputation against eager LibTorch");
-  clear_grads(net);
+  CallRunOnce call;
+  ASSERT_NO_FATAL_FAILURE(run_call_once(net, xs, call));
 
-  const uint64_t need = koila::estimate_extra(loss->node, koila::RunMode::Training, 1);
+  const uint64_t need = koila::estimate_extra(call.loss->node, koila::RunMode::Training, 1);
   const uint64_t budget = current_cpu() + need * 8 / 10;
   ASSERT_OK(koila_set_memory_budget("cpu", budget));
   RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
-  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
-  expect_timeline_recomputes(loss.get(), 3);
-  koila_status_free(koila_memory_reset_peak("cpu"));
-  ASSERT_OK(koila_backward(loss.get()));
-  EXPECT_LE(peak_cpu(), budget);
-  expect_bitwise(koila_test::grads_of(net), plain, "segments inside the branch against the call run once");
+  expect_timeline_recomputes(call.loss.get(), 3);
+  ASSERT_NO_FATAL_FAILURE(expect_call_in_segments_within(call.loss.get(), budget));
+  expect_bitwise(koila_test::grads_of(net), call.plain, "segments inside the branch against the call run once");
   clear_grads(net);
 
   // In eval mode a call of the same module takes the other side: its segments are cut there (the
   // sides taken are part of what a call's segments are remembered by), not reused from the
   // first side, and its gradients are eager LibTorch's of that side.
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
-  ASSERT_OK(koila_module_train(m.get(), 0));
+  ASSERT_OK(koila_module_train(call.module.get(), 0));
   const std::vector<at::Tensor> eager_other = eager_grads(net, xs);
-  const Handle other_loss = call_loss(m.get(), xs, keep);
+  const Handle other_loss = call_loss(call.module.get(), xs, call.keep);
   const uint64_t other_need = koila::estimate_extra(other_loss->node, koila::RunMode::Training, 1);
   const uint64_t other_budget = current_cpu() + other_need * 8 / 10;
   ASSERT_OK(koila_set_memory_budget("cpu", other_budget));
-  koila_status_free(koila_memory_reset_peak("cpu"));
-  ASSERT_OK(koila_backward(other_loss.get()));
-  EXPECT_LE(peak_cpu(), other_budget);
-  const PlanInfo other_info = plan_of(other_loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_NE(other_info.text.find("1 module call in segments of its own graph"), std::string::npos) << other_info.text;
+  ASSERT_NO_FATAL_FAILURE(expect_call_in_segments_within(other_loss.get(), other_budget));
   expect_close(koila_test::grads_of(net), eager_other, "segments inside the other side against eager LibTorch");
   clear_grads(net);
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
@@ -769,28 +783,17 @@ TEST(RecomputePlan, AModuleCallsCutsFollowWhatEachSegmentsBackwardHolds) {
   }
   source += "    return h\n";
   torch::jit::Module net = scripted::module("Narrowing", params, {}, source);
-  const std::vector<at::Tensor> eager = eager_grads(net, xs);
-  ModuleHandle m = wrap(net);
-  std::vector<Handle> keep;
-  const Handle loss = call_loss(m.get(), xs, keep);
-  ASSERT_OK(koila_backward(loss.get()));
-  const std::vector<at::Tensor> plain = koila_test::grads_of(net);
-  expect_close(plain, eager, "koila without recomputation against eager LibTorch");
-  clear_grads(net);
+  CallRunOnce call;
+  ASSERT_NO_FATAL_FAILURE(run_call_once(net, xs, call));
   RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
 
-  const LeastBudget least = least_budget_that_plans(loss.get());
+  const LeastBudget least = least_budget_that_plans(call.loss.get());
   ASSERT_GT(least.sixtyfourths, 0) << "no plan at the need";
   const int hi = least.sixtyfourths;
   EXPECT_LE(hi, 55) << "the least budget that plans is " << hi << "/64 of the need beyond what is in use";
-  const uint64_t budget = least.budget;
-  ASSERT_OK(koila_set_memory_budget("cpu", budget));
-  const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
-  EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
-  koila_status_free(koila_memory_reset_peak("cpu"));
-  ASSERT_OK(koila_backward(loss.get()));
-  EXPECT_LE(peak_cpu(), budget);
-  expect_bitwise(koila_test::grads_of(net), plain, "the call in segments against the call run once");
+  ASSERT_OK(koila_set_memory_budget("cpu", least.budget));
+  ASSERT_NO_FATAL_FAILURE(expect_call_in_segments_within(call.loss.get(), least.budget));
+  expect_bitwise(koila_test::grads_of(net), call.plain, "the call in segments against the call run once");
   clear_grads(net);
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
 }
