@@ -92,9 +92,11 @@ if [[ $steps == *" fit "* ]]; then
     [[ $rest == *results=* || $rest == *loss=squares_mean* ]] && continue  # one result, cross entropy
     for budget in 1GiB 2GiB; do
       echo "== $name $budget" >> "$out/fit.txt"
+      start=$(date +%s)
       timeout $(within 20) $build/tools/koila/koila fit $gpu_corpus/$name.pt --input "$sample:$dtype" --batch "$batch" \
         --device cuda:0 --mode training --loss cross_entropy:10 --optimizer sgd --budget $budget \
         --per-chunk-stats --verify >> "$out/fit.txt" 2>&1 || echo "exit $?" >> "$out/fit.txt"
+      echo "  took $(( $(date +%s) - start )) s" >> "$out/fit.txt"
     done
   done < $gpu_corpus/manifest.txt
 fi
@@ -154,7 +156,8 @@ if os.path.exists(fit):
     for line in open(fit):
         if line.startswith("== "):
             name = line[3:].strip()
-        elif line.startswith("verified") or line.startswith("largest batch") or "exit " in line or "error" in line.lower():
+        elif (line.startswith("verified") or line.startswith("largest batch that") or line.startswith("  the ")
+              or line.startswith("  took") or "exit " in line or "error" in line.lower()):
             print(f"{name:28} {line.strip()}")
 PY
 [[ -f $out/ddp.txt ]] && cat "$out/ddp.txt" >> "$out/table.txt"

@@ -146,6 +146,13 @@ def case_fit(a):
     # Against reality: the answer, run once, stays within the budget, unsplit.
     check(r["verify"]["batch"] == n and r["verify"]["chunks"] == 1, "the verifying run was split: %s" % r["verify"])
     check(r["verify"]["measured_peak_bytes"] <= r["budget_bytes"], "the answer's run went over the budget")
+    # ... as the plan made for it said (one chunk, the search's estimate), without a retry, and
+    # measured within koila's margin of that estimate.
+    v = r["verify"]
+    check(v["planned_chunks"] == 1 and v["retries"] == 0, "the verifying run was not the one planned: %s" % v)
+    check(v["estimated_peak_bytes"] == r["largest_unsplit_peak_bytes"], "the run's plan is not the search's: %s" % v)
+    check(abs(v["measured_peak_bytes"] - v["estimated_peak_bytes"]) <= 0.1 * v["measured_peak_bytes"],
+          "measured %d against the estimate %d" % (v["measured_peak_bytes"], v["estimated_peak_bytes"]))
     # Power of two: 1024 does not fit unsplit at 48 MiB; its chunk is the largest power of two that does.
     check(r["plan"]["chunks"] > 1 and r["largest_chunk"] == r["plan"]["chunk"], "batch 1024: %s" % r["plan"]["description"])
     check(r["largest_chunk"] & (r["largest_chunk"] - 1) == 0 and r["largest_chunk"] <= n, "chunk %d" % r["largest_chunk"])

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <string>
 
 namespace koila_cli {
 namespace {
@@ -100,13 +102,28 @@ int64_t largest_fitting(Search& search, int64_t batch) {
   return lo;
 }
 
-// Sets `measured_*` from one real run of a batch of r.largest.
+// What the progress callback saw of one run: the chunks of its last attempt, and how often a
+// phase started again at 1 (a retry after running out of memory starts the counts again).
+struct RunProgress {
+  int64_t chunks = 0;
+  int64_t retries = 0;
+  std::map<std::string, int64_t> starts;  // phase -> times it began at chunk 1
+};
+
+// Sets `measured_*`, `planned_*` and `retries` from one real run of a batch of r.largest.
 void verify(Session& s, FitResult& r) {
   BatchPlan b = s.plan_batch(r.largest);
   if (!b.plan) throw CliError("--verify: the batch of " + std::to_string(r.largest) + " no longer plans: " + b.message);
-  static int64_t chunks_run = 0;
-  chunks_run = 0;
-  check(koila_set_progress([](void*, const char*, int64_t, int64_t total) { chunks_run = total; }, nullptr),
+  r.planned_chunks = koila_plan_num_chunks(b.plan.get());
+  r.planned_peak = koila_plan_peak_bytes(b.plan.get());
+  RunProgress progress;
+  check(koila_set_progress(
+            [](void* user, const char* phase, int64_t done, int64_t total) {
+              auto& p = *static_cast<RunProgress*>(user);
+              p.chunks = total;
+              if (done == 1 && ++p.starts[phase] > 1) p.retries = std::max(p.retries, p.starts[phase] - 1);
+            },
+            &progress),
         "koila_set_progress");
   const std::string& device = s.options().device;
   check(koila_memory_reset_peak(device.c_str()), "koila_memory_reset_peak");
@@ -119,7 +136,8 @@ void verify(Session& s, FitResult& r) {
   }
   check(koila_set_progress(nullptr, nullptr), "koila_set_progress");
   check(koila_memory_stats(device.c_str(), nullptr, &r.measured_peak), "koila_memory_stats");
-  r.measured_chunks = chunks_run;
+  r.measured_chunks = progress.chunks;
+  r.retries = progress.retries;
   r.verified = true;
 }
 
@@ -197,16 +215,27 @@ std::string fit_text(const FitResult& r, const Session& s) {
           " plans, without running anything out of memory (koila's estimates: simulated on meta tensors, "
           "calibrated by real probes of a few samples)\n";
   if (r.verified) {
+    const uint64_t budget = s.budget();
     std::snprintf(line, sizeof line,
-                  "verified: the batch of %lld ran in %lld chunk%s, measured peak %s, budget %s: %s\n",
+                  "verified: the batch of %lld ran in %lld chunk%s, measured peak %s (estimated %s, %+.1f%%), "
+                  "budget %s: %s, at %.1f%% of it\n",
                   static_cast<long long>(r.largest), static_cast<long long>(r.measured_chunks),
                   r.measured_chunks == 1 ? "" : "s", human_bytes(r.measured_peak).c_str(),
-                  human_bytes(s.budget()).c_str(), r.measured_peak <= s.budget() ? "within" : "OVER");
+                  human_bytes(r.planned_peak).c_str(),
+                  100.0 * (static_cast<double>(r.planned_peak) - static_cast<double>(r.measured_peak)) /
+                      static_cast<double>(std::max<uint64_t>(r.measured_peak, 1)),
+                  human_bytes(budget).c_str(), r.measured_peak <= budget ? "within" : "OVER",
+                  100.0 * static_cast<double>(r.measured_peak) / static_cast<double>(std::max<uint64_t>(budget, 1)));
     text += line;
-    if (r.measured_chunks != 1)
+    if (r.planned_chunks != 1)
+      text += "  the plan made for the run said " + std::to_string(r.planned_chunks) +
+              " chunks, not the search's unsplit: its estimate rose between them (what the search's plans probed or "
+              "observed)\n";
+    if (r.retries > 0)
       text +=
-          "  the estimate fell short: the unsplit run hit the budget (a hard limit), rolled back and retried "
-          "in smaller chunks\n";
+          "  the estimate fell short: the run hit the budget (a hard limit), rolled back and retried in smaller "
+          "chunks (" +
+          std::to_string(r.retries) + (r.retries == 1 ? " retry" : " retries") + ")\n";
   }
   return text;
 }
@@ -251,6 +280,9 @@ void fit_json(Json& j, const FitResult& r) {
         .field("batch", r.largest)
         .field("chunks", r.measured_chunks)
         .field("measured_peak_bytes", r.measured_peak)
+        .field("planned_chunks", r.planned_chunks)
+        .field("estimated_peak_bytes", r.planned_peak)
+        .field("retries", r.retries)
         .end_object();
 }
 

@@ -35,6 +35,13 @@ struct FitResult {
   bool verified = false;
   uint64_t measured_peak = 0;
   int64_t measured_chunks = 0;
+  // The plan the verifying run was given (made just before it), and how the run went against
+  // it: a plan of more than one chunk means the estimate rose between the search and the run
+  // (what the search's plans probed or observed meanwhile); a retry, that the run ran out of
+  // memory under its plan (the estimate fell short) and rolled back to smaller chunks.
+  int64_t planned_chunks = 0;
+  uint64_t planned_peak = 0;  // koila_plan_peak_bytes of that plan
+  int64_t retries = 0;
 };
 
 FitResult find_fit(Session& session);
