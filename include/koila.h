@@ -231,7 +231,8 @@ KOILA_API koila_status *koila_tensor_zero_grad(koila_tensor *t);
 /* hold: the run's simulated allocations are replayed through a model of that allocator   */
 /* (its 512-byte rounding, 2 MiB and 20 MiB segments, best fit and splitting), and what   */
 /* its segments take beyond the tensors is part of the run's need                         */
-/* (koila_plan_needed_bytes). What koila changes in that allocator, which it shares with  */
+/* (koila_plan_needed_bytes), as is what it already holds unused beside live tensors.     */
+/* What koila changes in that allocator, which it shares with                             */
 /* the caller's own CUDA work: during a planned run (and each calibration probe) it caps  */
 /* what the allocator reserves (its memory fraction) at what the plan needs, never above  */
 /* the budget, and lifts the cap when the run ends; when the allocator holds more than    */
@@ -296,8 +297,10 @@ KOILA_API uint64_t koila_plan_budget_bytes(const koila_plan *p);
    sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the
    need also has what the caching allocator reserves beyond the run's tensors (its
    segments and rounding, modelled on the run's simulated allocations; 22 MiB where the
-   simulation cannot run): koila's hard limit caps what that allocator reserves from the
-   device, not only what tensors hold. A run fits
+   simulation cannot run), and what it holds unused when the plan is made in segments that
+   also hold live tensors (PyTorch's "non-releasable" memory, which it cannot give back; not
+   under expandable segments, whose free pages go back): koila's hard limit caps what that
+   allocator reserves from the device, not only what tensors hold. A run fits
    when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes,
    without the margin) is below the budget may still not fit. koila_plan_describe and every
    refusal state the margin and the need. */

@@ -123,6 +123,7 @@ struct BudgetGuard {
 struct PlanInfo {
   int64_t batch = 0, chunk = 0, chunks = 0;
   uint64_t peak = 0, full_peak = 0, budget = 0;
+  uint64_t need = 0;  // koila_plan_needed_bytes
   std::string text;
 };
 
@@ -139,6 +140,7 @@ inline PlanInfo plan_of(const koila_tensor* t, koila_mode mode) {
   info.peak = koila_plan_peak_bytes(p);
   info.full_peak = koila_plan_full_peak_bytes(p);
   info.budget = koila_plan_budget_bytes(p);
+  info.need = koila_plan_needed_bytes(p);
   size_t needed = 0;
   koila_status_free(koila_plan_describe(p, nullptr, 0, &needed));
   info.text.resize(needed);

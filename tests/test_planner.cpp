@@ -8,8 +8,10 @@
 #include <thread>
 
 #include "base/pointer_index.h"
+#include "base/text.h"
 #include "helpers.h"
 #include "memory/cpu_allocator.h"
+#include "memory/device_memory.h"
 #include "memory/machine_memory.h"
 #include "memory/run_memory.h"
 #include "models.h"
@@ -78,6 +80,26 @@ TEST(Memory, CountsCpuTensors) {
   EXPECT_EQ(current_cpu(), before + 256u * 256 * 8);
   koila_tensor_free(t);
   EXPECT_EQ(current_cpu(), before);
+}
+
+// A run measured by the device's own peak restarts it (RunMemory where no slot follows the run:
+// CUDA, or every slot taken), and the caller's figure still counts what was held before: on
+// CUDA every attempt of a planned run used to reset the peak a caller had asked for, so that
+// after a retry koila_memory_stats gave the last attempt's alone.
+TEST(Memory, ARunRestartingTheDevicesPeakLeavesTheCallersFigure) {
+  const c10::Device cpu(c10::kCPU);
+  const uint64_t before = current_cpu();
+  ASSERT_OK(koila_memory_reset_peak("cpu"));
+  { at::Tensor t = at::empty({1024, 1024}); }  // 4 MiB, gone again
+  koila::restart_device_peak(cpu);
+  EXPECT_LT(koila::device_peak(cpu), before + (4u << 20)) << "the run's own figure starts afresh";
+  EXPECT_GE(peak_cpu(), before + (4u << 20)) << "the caller's figure keeps what was held before";
+  { at::Tensor t = at::empty({512, 1024}); }  // 2 MiB, after the restart
+  EXPECT_GE(koila::device_peak(cpu), before + (2u << 20));
+  EXPECT_GE(peak_cpu(), before + (4u << 20));
+  ASSERT_OK(koila_memory_reset_peak("cpu"));  // the caller's reset clears both
+  EXPECT_EQ(peak_cpu(), before);
+  EXPECT_EQ(koila::device_peak(cpu), before);
 }
 
 TEST(Memory, MkldnnStyleRawAllocationsWork) {
@@ -246,6 +268,56 @@ TEST(Plan, PicksTheLargestPowerOfTwoThatFits) {
   EXPECT_LE(p.peak, p.budget);
   EXPECT_NE(p.text.find("7 chunks of 16 (the last of 4)"), std::string::npos) << p.text;
   EXPECT_NE(p.text.find("batch 100"), std::string::npos) << p.text;
+}
+
+// What the device's allocator holds unused and cannot give back (on CUDA, free blocks in
+// segments shared with live tensors, which a cap on what it reserves counts) is taken as the
+// bytes in use are: it raises the plan's need by itself and leaves less room for chunks, but
+// not the estimated peak, which counts what tensors hold. Injected here on the CPU; on CUDA
+// it is the caching allocator's inactive split bytes (memory/device_memory.h).
+TEST(Plan, WhatTheAllocatorHoldsUnusedIsTakenLikeBytesInUse) {
+  BudgetGuard restore;
+  struct Held {
+    ~Held() { koila::testing::set_held_unreleasable(0); }
+  } reset;
+  const Model m(Kind::MLP);
+  Handle x = koila_models::lazy(m.input(100), 0);
+  Handle logits = m.features(x.get());
+  const uint64_t e16 = koila::estimate_extra(logits->node, koila::RunMode::Forward, 16);
+  const uint64_t e32 = koila::estimate_extra(logits->node, koila::RunMode::Forward, 32);
+  ASSERT_LT(e16, e32);
+  ASSERT_OK(koila_set_memory_budget("cpu", current_cpu() + e32 * 1.1 + (e32 - e16) / 4));
+  const PlanInfo free_of_it = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(free_of_it.chunk, 32) << free_of_it.text;
+  EXPECT_EQ(free_of_it.text.find("holds unused"), std::string::npos) << free_of_it.text;
+
+  const uint64_t held = (e32 - e16) / 2;  // more than the room chunks of 32 leave
+  koila::testing::set_held_unreleasable(held);
+  const PlanInfo p = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  EXPECT_EQ(p.chunk, 16) << p.text;
+  EXPECT_LE(p.need, p.budget) << p.text;
+  EXPECT_NE(p.text.find("plus " + koila::human_bytes(held) + " that the allocator holds unused"), std::string::npos)
+      << p.text;
+  // At the same chunk, the need is the held bytes higher and the peak the same.
+  ASSERT_OK(koila_set_memory_budget("cpu", 0));
+  koila::testing::set_held_unreleasable(0);
+  const PlanInfo roomy = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  koila::testing::set_held_unreleasable(held);
+  const PlanInfo roomy_held = plan_of(logits.get(), KOILA_MODE_FORWARD);
+  ASSERT_EQ(roomy.chunks, 1);
+  ASSERT_EQ(roomy_held.chunks, 1);
+  EXPECT_EQ(roomy_held.peak, roomy.peak);
+  EXPECT_NEAR(static_cast<double>(roomy_held.need), static_cast<double>(roomy.need + held), 1.0);
+  // The run keeps to the plan: 16 under the tight budget, as planned.
+  ASSERT_OK(koila_set_memory_budget("cpu", free_of_it.budget));
+  int64_t ran = 0;
+  ASSERT_OK(koila_set_progress([](void* u, const char*, int64_t, int64_t total) { *static_cast<int64_t*>(u) = total; },
+                               &ran));
+  koila_tensor* out = nullptr;
+  ASSERT_OK(koila_eval(&out, logits.get()));
+  koila_tensor_free(out);
+  ASSERT_OK(koila_set_progress(nullptr, nullptr));
+  EXPECT_EQ(ran, p.chunks);
 }
 
 // Forward values and training gradients of each model under budgets that force chunks equal

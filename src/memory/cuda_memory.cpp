@@ -105,6 +105,11 @@ uint64_t cuda_free_bytes(const c10::Device& device) {
   return free + static_cast<uint64_t>(std::max<int64_t>(cached, 0));
 }
 
+uint64_t cuda_held_unreleasable(const c10::Device& device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(ready(device));
+  return static_cast<uint64_t>(std::max<int64_t>(stats.inactive_split_bytes[0].current, 0));  // [0]: all pools
+}
+
 void warm_cuda_libraries(const c10::Device& device) {
   // LibTorch gives cuBLAS a workspace from the caching allocator at the first product on
   // each (handle, stream), and cuBLASLt (a linear layer's product with its bias) one of its

@@ -22,6 +22,8 @@ c10::DeviceIndex current_cuda_device();
 MemoryStats cuda_memory_stats(const c10::Device& device);
 void reset_cuda_peak(const c10::Device& device);
 uint64_t cuda_free_bytes(const c10::Device& device);
+// held_unreleasable of a CUDA device: the caching allocator's inactive split bytes.
+uint64_t cuda_held_unreleasable(const c10::Device& device);
 
 // prepare_device of CUDA devices: a small matrix product and a linear layer on the device's
 // current stream, once per thread, device and stream.

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "base/error.h"
 #include "memory/accounting.h"
@@ -17,6 +20,8 @@ using memory_detail::cpu_current;
 using memory_detail::cpu_peak;
 
 namespace {
+
+std::atomic<uint64_t> added_held{0};  // testing::set_held_unreleasable
 
 #ifndef KOILA_WITH_CUDA
 [[noreturn]] void no_cuda() {
@@ -37,7 +42,11 @@ c10::Device canonical_device(c10::Device device) {
   return device;
 }
 
-MemoryStats memory_stats(const c10::Device& device) {
+namespace {
+
+// The device's own figures: the peak since the last reset of it (reset_peak or
+// restart_device_peak).
+MemoryStats raw_stats(const c10::Device& device) {
   ensure_memory_tracking();
   MemoryStats s;
   if (device.is_cpu()) {
@@ -52,7 +61,7 @@ MemoryStats memory_stats(const c10::Device& device) {
 #endif
 }
 
-void reset_peak(const c10::Device& device) {
+void reset_raw_peak(const c10::Device& device) {
   ensure_memory_tracking();
   if (device.is_cpu()) {
     cpu_peak.store(cpu_current.load());
@@ -65,6 +74,41 @@ void reset_peak(const c10::Device& device) {
 #endif
 }
 
+// Per device: the most held since the last reset_peak, up to the last restart_device_peak.
+std::mutex carried_mutex;
+std::map<std::pair<int, int>, uint64_t> carried;  // (type, index) -> bytes
+
+std::pair<int, int> key_of(const c10::Device& device) {
+  const c10::Device d = canonical_device(device);
+  return {static_cast<int>(d.type()), static_cast<int>(d.index())};
+}
+
+}  // namespace
+
+MemoryStats memory_stats(const c10::Device& device) {
+  MemoryStats s = raw_stats(device);
+  std::lock_guard<std::mutex> lock(carried_mutex);
+  const auto found = carried.find(key_of(device));
+  if (found != carried.end()) s.peak = std::max(s.peak, found->second);
+  return s;
+}
+
+void reset_peak(const c10::Device& device) {
+  reset_raw_peak(device);
+  std::lock_guard<std::mutex> lock(carried_mutex);
+  carried.erase(key_of(device));
+}
+
+void restart_device_peak(const c10::Device& device) {
+  const uint64_t peak = raw_stats(device).peak;
+  std::lock_guard<std::mutex> lock(carried_mutex);
+  uint64_t& kept = carried[key_of(device)];
+  kept = std::max(kept, peak);
+  reset_raw_peak(device);
+}
+
+uint64_t device_peak(const c10::Device& device) { return raw_stats(device).peak; }
+
 uint64_t free_bytes(const c10::Device& device) {
   if (device.is_cpu()) return cpu_free_bytes();
 #ifdef KOILA_WITH_CUDA
@@ -72,6 +116,17 @@ uint64_t free_bytes(const c10::Device& device) {
 #else
   no_cuda();
 #endif
+}
+
+uint64_t held_unreleasable(const c10::Device& device) {
+  uint64_t held = added_held.load();
+#ifdef KOILA_WITH_CUDA
+  if (device.is_cuda() && !memory_detail::cuda_expandable_segments())
+    held += memory_detail::cuda_held_unreleasable(device);
+#else
+  (void)device;
+#endif
+  return held;
 }
 
 bool allocator_expandable(const c10::Device& device) {
@@ -106,5 +161,9 @@ void release_cached_memory(const c10::Device& device) {
   (void)device;
 #endif
 }
+
+namespace testing {
+void set_held_unreleasable(uint64_t bytes) { added_held.store(bytes); }
+}  // namespace testing
 
 }  // namespace koila

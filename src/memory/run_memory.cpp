@@ -60,7 +60,7 @@ using memory_detail::slots;
 RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(device)) {
   ensure_memory_tracking();
   if (!device_.is_cpu()) {
-    reset_peak(device_);
+    restart_device_peak(device_);
     start_ = memory_stats(device_).current;
     return;
   }
@@ -72,7 +72,7 @@ RunMemory::RunMemory(const c10::Device& device) : device_(canonical_device(devic
     }
   }
   if (slot_ < 0) {  // every slot taken: the device's own figures (other threads included)
-    reset_peak(device_);
+    restart_device_peak(device_);
     start_ = memory_stats(device_).current;
     return;
   }
@@ -105,7 +105,7 @@ uint64_t RunMemory::refused() const { return slot_ >= 0 ? slots[slot_].refused.l
 
 uint64_t RunMemory::peak() const {
   if (slot_ >= 0) return slots[slot_].peak.load();
-  const uint64_t peak = memory_stats(device_).peak;
+  const uint64_t peak = device_peak(device_);
   return peak > start_ ? peak - start_ : 0;
 }
 

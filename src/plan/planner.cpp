@@ -78,15 +78,16 @@ Plan device_plan(const NodePtr& root, RunMode mode, const PlacedDevice& device) 
   prepare_device(p.device);  // before what is in use is read: cuBLAS's workspace is not the run's
   p.in_use_bytes = memory_stats(p.device).current;
   p.reserved_by_others_bytes = outstanding_reservations(p.device);
+  p.held_bytes = held_unreleasable(p.device);
   p.budget_bytes = budget(p.device);
   p.chunk = -1;
   return p;
 }
 
-// Bytes `limit` (default: the budget) leaves beyond what is in use and reserved when `p` was
-// planned.
+// Bytes `limit` (default: the budget) leaves beyond what is in use, reserved and held when `p`
+// was planned.
 uint64_t room_left(const Plan& p, uint64_t limit) {
-  const uint64_t taken = p.in_use_bytes + p.reserved_by_others_bytes;
+  const uint64_t taken = p.in_use_bytes + p.reserved_by_others_bytes + p.held_bytes;
   return limit > taken ? limit - taken : 0;
 }
 uint64_t room_left(const Plan& p) { return room_left(p, p.budget_bytes); }
@@ -617,7 +618,8 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
 
 uint64_t Plan::needed(uint64_t extra, uint64_t allocator) const {
   const double total = static_cast<double>(in_use_bytes) + static_cast<double>(reserved_by_others_bytes) +
-                       static_cast<double>(extra) * (1.0 + kMargin) + static_cast<double>(allocator);
+                       static_cast<double>(held_bytes) + static_cast<double>(extra) * (1.0 + kMargin) +
+                       static_cast<double>(allocator);
   return total >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(total);
 }
 
@@ -658,6 +660,10 @@ std::string Plan::describe() const {
       os << " and " << human_bytes(allocator_bytes)
          << " that the device's caching allocator reserves beyond the run's tensors (its segments and rounding, "
             "modelled on the run's simulated allocations; koila caps what it reserves)";
+    if (held_bytes > 0)
+      os << ", plus " << human_bytes(held_bytes)
+         << " that the allocator holds unused in segments shared with live tensors (it cannot give them back, and "
+            "koila's cap counts them)";
     os << ", this run needs a budget of " << human_bytes(needed());
     if (split) os << " (unsplit, " << human_bytes(full_needed()) << ")";
     os << ".";

@@ -39,6 +39,10 @@ struct Plan {
   std::string chunk_choice;                    // FASTEST: how the chunk was chosen (candidates, timings)
   uint64_t in_use_bytes = 0;                   // in use on the device when planned
   uint64_t reserved_by_others_bytes = 0;       // reserved by runs on other threads, not yet allocated
+  // What the device's allocator holds unused and cannot give back when planned
+  // (held_unreleasable, memory/device_memory.h): taken, as the bytes in use are, for the run's
+  // need and the cap, not for the peak (which counts what tensors hold). 0 on the CPU.
+  uint64_t held_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t unsplit_extra_bytes = 0;  // estimated beyond what is in use, unsplit
   uint64_t extra_bytes = 0;          // estimated beyond what is in use, as planned
@@ -61,7 +65,7 @@ struct Plan {
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
   // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes in
-  // use and reserved, plus the estimate with koila's margin (kMargin, plan/estimate.h) on
+  // use, reserved and held by the allocator, plus the estimate with koila's margin (kMargin, plan/estimate.h) on
   // top, plus what the device's allocator reserves beyond the estimate (`allocator`). A run
   // fits when its need is at most the budget. On CUDA a planned run's allocator is capped at
   // this need (see koila.h).

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: da3857c55abc29e6cd28b2244b2f8ee6e4fd27c6ebaab9d5f083919efbda2ce8
+# Header sha256: cdd270b9ff500f3c1bcf2e458fe9be7bfbe97bddec8a5f756c500c72ccccff4d
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -960,7 +960,7 @@ end
 
 C: `uint64_t koila_plan_needed_bytes(const koila_plan *p);`
 
-The budget the planned run needs: the bytes in use (and reserved by runs on other threads) when it was planned, plus its estimate with koila's margin, a tenth of the estimate, on top. The margin is for what an estimate cannot see: the allocator rounding sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the need also has what the caching allocator reserves beyond the run's tensors (its segments and rounding, modelled on the run's simulated allocations; 22 MiB where the simulation cannot run): koila's hard limit caps what that allocator reserves from the device, not only what tensors hold. A run fits when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes, without the margin) is below the budget may still not fit. koila_plan_describe and every refusal state the margin and the need.
+The budget the planned run needs: the bytes in use (and reserved by runs on other threads) when it was planned, plus its estimate with koila's margin, a tenth of the estimate, on top. The margin is for what an estimate cannot see: the allocator rounding sizes up, a kernel choosing another algorithm (and workspace) when it runs. On CUDA the need also has what the caching allocator reserves beyond the run's tensors (its segments and rounding, modelled on the run's simulated allocations; 22 MiB where the simulation cannot run), and what it holds unused when the plan is made in segments that also hold live tensors (PyTorch's "non-releasable" memory, which it cannot give back; not under expandable segments, whose free pages go back): koila's hard limit caps what that allocator reserves from the device, not only what tensors hold. A run fits when its need is at most the budget: a plan whose estimated peak (koila_plan_peak_bytes, without the margin) is below the budget may still not fit. koila_plan_describe and every refusal state the margin and the need.
 """
 function koila_plan_needed_bytes(p)
     fptr = _fptr_koila_plan_needed_bytes[]
