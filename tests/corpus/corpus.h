@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -355,16 +356,21 @@ struct Graph {
 constexpr uint64_t kUnlimited = uint64_t{1} << 50;
 
 struct RunResult {
-  Outcome planned;             // koila_plan_new's outcome
-  Outcome ran;                 // the run's outcome (not attempted when planning failed)
-  std::string description;     // the plan's (or the failed plan's message)
-  uint64_t budget = 0;         // the budget in force (absolute bytes)
-  uint64_t before = 0;         // bytes in use before the run
-  uint64_t estimate = 0;       // the plan's extra: peak_bytes - before
-  uint64_t full_estimate = 0;  // the plan's unsplit extra
-  uint64_t measured = 0;       // measured peak - before
-  uint64_t peak = 0;           // measured peak (absolute)
-  int64_t chunk = -1, chunks = -1;
+  Outcome planned;                  // koila_plan_new's outcome
+  Outcome ran;                      // the run's outcome (not attempted when planning failed)
+  std::string description;          // the plan's (or the failed plan's message)
+  uint64_t budget = 0;              // the budget in force (absolute bytes)
+  uint64_t before = 0;              // bytes in use before the run
+  uint64_t estimate = 0;            // the plan's extra: peak_bytes - before
+  uint64_t full_estimate = 0;       // the plan's unsplit extra
+  uint64_t measured = 0;            // measured peak - before
+  uint64_t peak = 0;                // measured peak (absolute)
+  int64_t chunk = -1, chunks = -1;  // as planned
+  // As run (the progress callback): the chunks of its last attempt, and how many times it ran
+  // out of memory under its plan and started again in smaller chunks. A retry's peak is all
+  // the device's figures show on CUDA (each attempt resets them), so a run that retried is
+  // not the plan's and its `measured` is not the plan's peak.
+  int64_t ran_chunks = 0, retries = 0;
   double plan_seconds = 0, run_seconds = 0;
   at::Tensor logits;  // forward: the logits read
 
@@ -404,9 +410,24 @@ inline RunResult run(const Graph& g, koila_mode mode, uint64_t budget) {
   plan.reset();
   check(koila_memory_reset_peak(corpus_device()), "koila_memory_reset_peak");
   r.before = device_in_use();
+  struct Progress {
+    int64_t chunks = 0, retries = 0;
+    std::map<std::string, int64_t> starts;  // phase -> times it began at chunk 1
+  } progress;
+  check(koila_set_progress(
+            [](void* user, const char* phase, int64_t done, int64_t total) {
+              auto& p = *static_cast<Progress*>(user);
+              p.chunks = total;
+              if (done == 1 && ++p.starts[phase] > 1) p.retries = std::max(p.retries, p.starts[phase] - 1);
+            },
+            &progress),
+        "koila_set_progress");
   const auto run_start = std::chrono::steady_clock::now();
   r.ran = mode == KOILA_MODE_TRAINING ? outcome(koila_backward(t)) : read_into(t, logits);
   r.run_seconds = seconds_since(run_start);
+  check(koila_set_progress(nullptr, nullptr), "koila_set_progress");
+  r.ran_chunks = progress.chunks;
+  r.retries = progress.retries;
   r.peak = device_peak();
   r.measured = r.peak - r.before;
   if (mode == KOILA_MODE_FORWARD && r.ran.ok()) r.logits = logits;

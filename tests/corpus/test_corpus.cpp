@@ -118,15 +118,28 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 void print_run(const Case& c, const char* what, const RunResult& r) {
+  const std::string retried = r.retries == 0 ? ""
+                                             : " (ran out of memory under it: ran in " + std::to_string(r.ran_chunks) +
+                                                   " after " + std::to_string(r.retries) + " retries)";
   std::printf(
-      "[corpus] %s %s: estimate %.2f MiB, measured %.2f MiB, error %+.1f%%, %lld chunk(s) of %lld, "
+      "[corpus] %s %s: estimate %.2f MiB, measured %.2f MiB, error %+.1f%%, %lld chunk(s) of %lld%s, "
       "budget %s, source %s\n[corpus]   plan: %s\n",
       c.label().c_str(), what, mib(r.estimate), mib(r.measured), 100 * r.error(), static_cast<long long>(r.chunks),
-      static_cast<long long>(r.chunk),
+      static_cast<long long>(r.chunk), retried.c_str(),
       r.budget >= kUnlimited ? "unlimited" : (std::to_string(mib(r.budget)) + " MiB").c_str(),
       source_of(r.description).c_str(), r.description.c_str());
   const std::string failure = simulation_failure(r.description);
   if (!failure.empty()) std::printf("[corpus]   not simulated on meta tensors: %s\n", failure.c_str());
+}
+
+// The run was the plan's: its chunks, without running out of memory and retrying in smaller
+// ones (an estimate that fell short under the hard budget, or under the CUDA cap at the plan's
+// need).
+void expect_as_planned(const RunResult& r) {
+  EXPECT_EQ(r.retries, 0) << "the run ran out of memory under its plan and retried " << r.retries
+                          << " time(s), ending in " << r.ran_chunks << " chunk(s)\n"
+                          << r.description;
+  EXPECT_EQ(r.ran_chunks, r.chunks) << r.description;
 }
 
 // No under-estimate beyond the planner's margin.
@@ -209,6 +222,7 @@ TEST_P(Corpus, Unsplit) {
   print_run(c, "unsplit", r);
   ASSERT_TRUE(r.ran.ok()) << r.ran.message;
   EXPECT_EQ(r.chunks, 1) << r.description;
+  expect_as_planned(r);
   expect_within_margin(r);
   expect_within_target(r);
   expect_results(c, *graph_, ref_, r, "unsplit");
@@ -250,6 +264,7 @@ TEST_P(Corpus, ForcedSplit) {
   EXPECT_GE(r.chunks, kMinChunks) << r.description;
   ASSERT_TRUE(r.ran.ok()) << r.ran.message;
   EXPECT_LE(r.peak, budget) << "the run went " << r.peak - budget << " B over its budget\n" << r.description;
+  expect_as_planned(r);
   expect_within_margin(r);
   expect_within_target(r);
   expect_results(c, *graph_, ref_, r, "forced split");
@@ -295,6 +310,7 @@ TEST_P(Corpus, ChunksOfOneTwoAndFourStayWithinTheirBudget) {
                             << r.description;
     EXPECT_LE(r.peak, budget) << what << ": the run went " << r.peak - budget << " B over its budget\n"
                               << r.description;
+    expect_as_planned(r);
     expect_within_target(r);
     // Chunks of one sample add eight float32 sums where PyTorch's batch adds one: PyTorch's own
     // gradient accumulation over chunks of 1 is as far from its whole batch as koila's run is
