@@ -121,8 +121,7 @@ uint64_t free_bytes(const c10::Device& device) {
 uint64_t held_unreleasable(const c10::Device& device) {
   uint64_t held = added_held.load();
 #ifdef KOILA_WITH_CUDA
-  if (device.is_cuda() && !memory_detail::cuda_expandable_segments())
-    held += memory_detail::cuda_held_unreleasable(device);
+  if (device.is_cuda() && !allocator_expandable(device)) held += memory_detail::cuda_held_unreleasable(device);
 #else
   (void)device;
 #endif

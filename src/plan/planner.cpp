@@ -87,7 +87,7 @@ Plan device_plan(const NodePtr& root, RunMode mode, const PlacedDevice& device) 
 // Bytes `limit` (default: the budget) leaves beyond what is in use, reserved and held when `p`
 // was planned.
 uint64_t room_left(const Plan& p, uint64_t limit) {
-  const uint64_t taken = p.in_use_bytes + p.reserved_by_others_bytes + p.held_bytes;
+  const uint64_t taken = p.taken_bytes();
   return limit > taken ? limit - taken : 0;
 }
 uint64_t room_left(const Plan& p) { return room_left(p, p.budget_bytes); }
@@ -617,8 +617,7 @@ ChunkRun real_run(const Plan& p, RunObserver& progress, const GradStarts& starts
 }  // namespace
 
 uint64_t Plan::needed(uint64_t extra, uint64_t allocator) const {
-  const double total = static_cast<double>(in_use_bytes) + static_cast<double>(reserved_by_others_bytes) +
-                       static_cast<double>(held_bytes) + static_cast<double>(extra) * (1.0 + kMargin) +
+  const double total = static_cast<double>(taken_bytes()) + static_cast<double>(extra) * (1.0 + kMargin) +
                        static_cast<double>(allocator);
   return total >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(total);
 }

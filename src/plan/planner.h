@@ -62,11 +62,13 @@ struct Plan {
   uint64_t recomputed_bytes() const { return recompute ? recompute->freed_bytes : 0; }
   std::string source;  // where the figures came from (see plan/estimate.h)
   NodePtr root;        // what is evaluated or differentiated (plan/timeline.h simulates it again)
+  // What the run cannot use: in use, reserved by others and held by the allocator when planned.
+  uint64_t taken_bytes() const { return in_use_bytes + reserved_by_others_bytes + held_bytes; }
   uint64_t peak() const { return in_use_bytes + reserved_by_others_bytes + extra_bytes; }
   uint64_t full_peak() const { return in_use_bytes + reserved_by_others_bytes + unsplit_extra_bytes; }
-  // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes in
-  // use, reserved and held by the allocator, plus the estimate with koila's margin (kMargin, plan/estimate.h) on
-  // top, plus what the device's allocator reserves beyond the estimate (`allocator`). A run
+  // The budget a run estimated at `extra` bytes beyond what is in use needs: the bytes taken
+  // (taken_bytes), plus the estimate with koila's margin (kMargin, plan/estimate.h) on top,
+  // plus what the device's allocator reserves beyond the estimate (`allocator`). A run
   // fits when its need is at most the budget. On CUDA a planned run's allocator is capped at
   // this need (see koila.h).
   uint64_t needed(uint64_t extra, uint64_t allocator) const;
