@@ -936,8 +936,10 @@ KOILA_API void koila_group_free(koila_group *g);
 /* koila_optimizer_save made between two steps continues exactly: the parameters after    */
 /* every later step are the same, bit for bit, as those of a run that never stopped, also */
 /* when the backward runs in chunks (given the same budget and chunking options, on the   */
-/* same machine and LibTorch). What is not saved: random generator states (dropout; seed  */
-/* with koila_manual_seed), the data loader's position, and the caller's own counters.    */
+/* same machine and LibTorch). With koila_rng_save and koila_rng_load, dropout's masks    */
+/* too: training with dropout resumed from module, optimizer and generator files equals   */
+/* training that never stopped. What is not saved: the data loader's position, and the    */
+/* caller's own counters.                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
 /* AdamW: Adam with decoupled weight decay, as torch.optim.AdamW (the parameters shrink by
@@ -966,6 +968,23 @@ KOILA_API koila_status *koila_optimizer_save(const koila_optimizer *o, const cha
    one; a missing, truncated or corrupt file (its checksum does not match), or one written
    by a newer koila, is KOILA_ERROR_IO. Either way the optimizer is unchanged. */
 KOILA_API koila_status *koila_optimizer_load(koila_optimizer *o, const char *path);
+/* Saves the state of every random generator koila uses, which koila_manual_seed seeds:
+   the CPU's, and each CUDA device's. Atomic, as koila_optimizer_save (versioned, with a
+   CRC-32; a failed write is KOILA_ERROR_IO with the old file as it was). Planning never
+   draws from these generators (probes, sample-mixing checks, KOILA_CHUNK_FASTEST's timing,
+   calibration, and the attempt a retry after running out of memory replaces: the retry
+   draws what it would have drawn), so a seeded step gives the same result whether or not
+   its structure was planned before in the process, and a step after koila_rng_load the
+   same as the step after the save in the run that saved. Dropout draws its masks chunk by
+   chunk: a step is reproduced under the same budget and chunking options (a run in other
+   chunks draws other, equally random masks). */
+KOILA_API koila_status *koila_rng_save(const char *path);
+/* Loads what koila_rng_save wrote: every generator the file holds takes its saved state.
+   A missing, truncated or corrupt file, one written by a newer koila, or a state this
+   LibTorch's generator refuses is KOILA_ERROR_IO; a file holding a CUDA device this process
+   does not have is KOILA_ERROR_INVALID_ARGUMENT naming it. Either way no generator changes.
+   A file saved without CUDA leaves the CUDA generators as they are. */
+KOILA_API koila_status *koila_rng_load(const char *path);
 /* Scales the gradients of params in place so that their joint 2-norm is at most
    max_norm, as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by
    min(1, max_norm / (norm + 1e-6)). Writes the norm before clipping to *out. params are

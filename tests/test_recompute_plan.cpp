@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/text.h"
 #include "helpers.h"
 #include "module_helpers.h"
 #include "plan/chunking_options.h"
@@ -692,6 +693,12 @@ TEST(RecomputePlan, AModuleCallRunsInSegmentsOfItsOwnGraphShownInTheTimeline) {
     RecomputeGuard::set(KOILA_RECOMPUTE_AS_NEEDED);
     const PlanInfo info = plan_of(loss.get(), KOILA_MODE_TRAINING);
     EXPECT_NE(info.text.find("1 module call in segments of its own graph"), std::string::npos) << info.text;
+    // What the call's segments free is the plan's recomputed bytes, and its description's: of
+    // the 24 layers' values autograd keeps (at least tanh's result, 512 KiB a layer), all but
+    // those at the cuts.
+    const uint64_t freed = recomputed_bytes(loss.get());
+    EXPECT_GE(freed, uint64_t{kLayers / 2} * 512 * 1024) << info.text;
+    EXPECT_NE(info.text.find("a chunk frees " + koila::human_bytes(freed)), std::string::npos) << info.text;
     // Each segment runs again: its linear layers, tanh and dropout among them.
     expect_timeline_recomputes(loss.get(), 3);
     koila_status_free(koila_memory_reset_peak("cpu"));

@@ -26,6 +26,25 @@ inline std::vector<at::Generator> generators_of(const c10::Device& device) {
   return out;
 }
 
+// The states of generators_of(device) now, in its order.
+inline std::vector<at::Tensor> random_states(const c10::Device& device) {
+  std::vector<at::Tensor> out;
+  for (at::Generator& g : generators_of(device)) {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    out.push_back(g.get_state());
+  }
+  return out;
+}
+
+// Puts generators_of(device) back to `states` (random_states of the same device).
+inline void set_random_states(const c10::Device& device, const std::vector<at::Tensor>& states) {
+  std::vector<at::Generator> generators = generators_of(device);
+  for (size_t i = 0; i < generators.size() && i < states.size(); ++i) {
+    std::lock_guard<std::mutex> lock(generators[i].mutex());
+    generators[i].set_state(states[i]);
+  }
+}
+
 class RandomScope {
  public:
   explicit RandomScope(const c10::Device& device) {

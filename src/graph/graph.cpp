@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/random_scope.h"
 #include "base/text.h"
 #include "graph/batch_rules.h"
 #include "graph/meta_kernels.h"
@@ -121,12 +122,11 @@ std::vector<int64_t> probe_shape(size_t rank) {
   return shape;
 }
 
-// Runs the op once on small tensors of ones with the inputs' ranks, dtypes and device,
-// remembering the verdict for each combination. Sizes are 2 (in at most 8 dims), not 1:
-// some kernels skip their dtype dispatch when a reduced dim has size 1.
-// Keyed by a hash of (op, each input's dtype and rank, device), which every op build makes:
-// text keys cost more than the rest of building a small op. (Were two keys to collide, a
-// missing kernel would be found when the op runs instead of when it is built.)
+// Runs the op once on small tensors of ones with the inputs' ranks, dtypes and device (the
+// random generators' states put back after it), remembering the verdict for each combination. Sizes are 2 (in at most 8
+// dims), not 1: some kernels skip their dtype dispatch when a reduced dim has size 1. Keyed by a hash of (op, each
+// input's dtype and rank, device), which every op build makes: text keys cost more than the rest of building a small
+// op. (Were two keys to collide, a missing kernel would be found when the op runs instead of when it is built.)
 
 void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const Node& self) {
   StructureKey key;
@@ -147,6 +147,9 @@ void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const 
     std::string verdict;
     try {
       c10::NoGradGuard no_grad;
+      // A random op (dropout) draws here: the generators the caller seeds are put back, so
+      // that the first build of an op draws nothing a seeded run would.
+      const RandomScope random(self.meta.device);
       spec.run(ones, self);
     } catch (const c10::Error& e) {
       verdict = e.what_without_backtrace();

@@ -723,6 +723,36 @@ std::optional<uint64_t> Estimator::extra_recomputed(const RecomputePlan& plan, u
   return bytes;
 }
 
+namespace {
+
+// A forward of `schedule` on meta tensors with autograd, in a chunk of `chunk` samples (-1: the
+// whole batch), module calls and programs segmenting their own graph where `segmenting`
+// (run/recompute.h). `observe` sees each node's value as it is made; `done` sees the roots and
+// the counting scope once the forward is over, while every value autograd keeps is alive.
+// Throws where the simulation cannot run.
+void meta_forward(const Analysis& a, RunMode mode, const PlacedDevice& device, const Schedule& schedule, int64_t chunk,
+                  bool segmenting, const std::function<void(const Node&, const at::Tensor&)>& observe,
+                  const std::function<void(const MetaLeaves&, const Tensors&, const MetaAllocationScope&)>& done) {
+  const MetaLeaves leaves(a.nodes(), mode);
+  EvalOptions options;
+  options.grad = true;
+  options.leaf = [&leaves](const Node& node) { return leaves(node); };
+  if (chunk >= 0) {
+    options.chunk_start = 0;
+    options.chunk_length = chunk;
+  }
+  if (observe)
+    options.observe = [&observe](const Node& node, const Tensors&, const at::Tensor& value) { observe(node, value); };
+  MetaAllocationScope scope;  // (meta: nothing is allocated)
+  const SimulatedDevice simulated(device);
+  c10::AutoGradMode on(true);
+  const SegmentingPrograms inside(segmenting);
+  const Tensors roots = evaluate(schedule, options);
+  done(leaves, roots, scope);
+}
+
+}  // namespace
+
 std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64_t chunk) {
   chunk = normalized(chunk);
   {
@@ -734,41 +764,56 @@ std::vector<double> Estimator::saved_by_autograd(const Schedule& schedule, int64
   const size_t n = schedule.order.size();
   std::vector<double> saved(n, 0);
   try {
-    const MetaLeaves leaves(a_.nodes(), mode_);
     std::unordered_map<const Node*, size_t> position;
     for (size_t i = 0; i < n; ++i) position.emplace(schedule.order[i], i);
     std::vector<std::pair<size_t, c10::weak_intrusive_ptr<c10::StorageImpl>>> values;
-    EvalOptions options;
-    options.grad = true;
-    options.leaf = [&leaves](const Node& node) { return leaves(node); };
-    if (chunk >= 0) {
-      options.chunk_start = 0;
-      options.chunk_length = chunk;
-    }
-    options.observe = [&](const Node& node, const Tensors&, const at::Tensor& value) {
+    const auto observe = [&](const Node& node, const at::Tensor& value) {
       if (value.defined() && value.has_storage())
         values.emplace_back(position.at(&node), value.storage().getWeakStorageImpl());
     };
-    MetaAllocationScope scope;  // (meta: nothing is allocated)
-    const SimulatedDevice simulated(device_);
-    c10::AutoGradMode on(true);
-    const Tensors roots = evaluate(schedule, options);
-    std::unordered_set<const c10::StorageImpl*> counted;  // (a leaf's, and a root's, are not the forward's to free)
-    for (const auto& [impl, stand_in] : leaves.by_impl)
-      if (stand_in.has_storage()) counted.insert(stand_in.storage().unsafeGetStorageImpl());
-    for (const at::Tensor& root : roots)
-      if (root.defined() && root.has_storage()) counted.insert(root.storage().unsafeGetStorageImpl());
-    for (const auto& [i, weak] : values) {
-      const c10::intrusive_ptr<c10::StorageImpl> alive = weak.lock();
-      if (!alive || !counted.insert(alive.get()).second) continue;
-      saved[i] = static_cast<double>(alive->nbytes());
-    }
+    meta_forward(a_, mode_, device_, schedule, chunk, false, observe,
+                 [&](const MetaLeaves& leaves, const Tensors& roots, const MetaAllocationScope&) {
+                   // (a leaf's, and a root's, are not the forward's to free)
+                   std::unordered_set<const c10::StorageImpl*> counted;
+                   for (const auto& [impl, stand_in] : leaves.by_impl)
+                     if (stand_in.has_storage()) counted.insert(stand_in.storage().unsafeGetStorageImpl());
+                   for (const at::Tensor& root : roots)
+                     if (root.defined() && root.has_storage()) counted.insert(root.storage().unsafeGetStorageImpl());
+                   for (const auto& [i, weak] : values) {
+                     const c10::intrusive_ptr<c10::StorageImpl> alive = weak.lock();
+                     if (!alive || !counted.insert(alive.get()).second) continue;
+                     saved[i] = static_cast<double>(alive->nbytes());
+                   }
+                 });
   } catch (...) {
     return {};
   }
   std::lock_guard<std::mutex> lock(record_->mutex);
   record_->saved_by_autograd[chunk] = saved;
   return saved;
+}
+
+uint64_t Estimator::freed_inside_programs(const Schedule& schedule, int64_t chunk) {
+  chunk = normalized(chunk);
+  {
+    std::lock_guard<std::mutex> lock(record_->mutex);
+    const auto known = record_->freed_inside_programs.find(chunk);
+    if (known != record_->freed_inside_programs.end()) return known->second;
+  }
+  uint64_t kept[2] = {0, 0};
+  try {
+    for (const bool segmenting : {false, true})
+      meta_forward(a_, mode_, device_, schedule, chunk, segmenting, {},
+                   [&](const MetaLeaves&, const Tensors&, const MetaAllocationScope& scope) {
+                     kept[segmenting] = scope.current();
+                   });
+  } catch (...) {
+    return 0;
+  }
+  const uint64_t freed = kept[0] > kept[1] ? kept[0] - kept[1] : 0;
+  std::lock_guard<std::mutex> lock(record_->mutex);
+  record_->freed_inside_programs[chunk] = freed;
+  return freed;
 }
 
 void Estimator::record_recomputed_run(const RecomputePlan& plan, uint64_t bytes) {

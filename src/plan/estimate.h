@@ -103,6 +103,11 @@ class Estimator {
   // found by a forward on meta tensors that notes which values are still alive at its end.
   // Empty where it cannot run.
   std::vector<double> saved_by_autograd(const Schedule& schedule, int64_t chunk);
+  // Of a forward of `schedule` in chunks of `chunk` (-1: unsplit), the bytes that autograd keeps
+  // once it is done without module calls and programs segmenting their own graph
+  // (RecomputePlan::inside_programs) and not with: what their segments free in the forward and
+  // compute again in the backward. Two forwards on meta tensors; 0 where they cannot run.
+  uint64_t freed_inside_programs(const Schedule& schedule, int64_t chunk);
   // A planned run recomputing as `plan` says took `bytes` beyond what was in use (or needed more).
   void record_recomputed_run(const RecomputePlan& plan, uint64_t bytes);
 

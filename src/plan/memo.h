@@ -114,6 +114,7 @@ struct GraphRecord {
   std::map<std::pair<int64_t, uint64_t>, RecomputeChoice> recompute_choices;
   std::map<int64_t, std::vector<std::pair<size_t, size_t>>> most_recomputed;
   std::map<int64_t, std::vector<double>> saved_by_autograd;
+  std::map<int64_t, uint64_t> freed_inside_programs;  // chunk -> Estimator::freed_inside_programs
   // By chunk: the timeline model's least room (RecomputeTimeline::least_room, the costliest
   // question asked of it) and that room's ranges, found once for the search for the most
   // recomputation and for that for the least that fits.

@@ -14,6 +14,7 @@
 
 #include "base/dims.h"
 #include "base/error.h"
+#include "base/random_scope.h"
 #include "base/text.h"
 #include "memory/budget.h"
 #include "memory/device_memory.h"
@@ -140,7 +141,8 @@ std::optional<Recomputing> recompute_for(const Plan& p, const Analysis& a, Estim
   const std::vector<double> saved = estimator.saved_by_autograd(base, normalized);
   const auto simulate = [&](Ranges ranges) -> std::optional<Recomputing> {
     Recomputing r;
-    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch, saved, inside);
+    r.plan = make_recompute_plan(base, std::move(ranges), a.splits(chunk) ? chunk : a.batch, saved, inside,
+                                 inside ? estimator.freed_inside_programs(base, normalized) : 0);
     const std::optional<uint64_t> extra = estimator.extra_recomputed(*r.plan, &r.allocator);
     if (!extra) return std::nullopt;
     r.extra = *extra;
@@ -518,6 +520,9 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
     bool widened = false;  // the cap is the budget (run_cap)
     int replans = 0;       // recomputing plans made again after running out
     bool plan_again = false;
+    // An attempt that ran out of memory drew random numbers (dropout): the retry draws them
+    // again from here, as a run planned with its chunk from the start would.
+    const std::vector<at::Tensor> drawn_from = random_states(device);
     for (;;) {
       if (plan_again) {
         planning.lock();
@@ -565,6 +570,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         else
           estimator.record_run(plan.chunk, needed);
         release_cached_memory(plan.device);
+        set_random_states(device, drawn_from);
         if (plan.recompute) {
           // A recomputing run that ran out (its estimate fell short: a backend's workspace no
           // probe could show): the same chunk once more under the budget where the cap was the
@@ -672,7 +678,8 @@ std::string Plan::describe() const {
     if (r.segments.empty()) {
       os << " Recomputed: " << r.summary()
          << ", which keep only the values crossing from one segment to the next in the forward and run each segment "
-            "again in the backward, about ";
+            "again in the backward; a chunk frees "
+         << human_bytes(r.freed_bytes) << " of their values so, about ";
     } else {
       os << " Recomputed: " << r.segments.size() << (r.segments.size() == 1 ? " segment" : " segments") << " of "
          << r.recomputed_ops << (r.recomputed_ops == 1 ? " op" : " ops") << " (" << r.summary() << "); a chunk frees "

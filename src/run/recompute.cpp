@@ -377,7 +377,8 @@ std::string RecomputePlan::summary() const {
 
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
-                                                         const std::vector<double>& saved, bool inside_programs) {
+                                                         const std::vector<double>& saved, bool inside_programs,
+                                                         uint64_t programs_freed) {
   auto plan = std::make_shared<RecomputePlan>();
   plan->inside_programs = inside_programs;
   plan->base = &base;
@@ -461,6 +462,10 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
     plan->recomputed_cost += cost;
     plan->recomputed_ops += ops;
     plan->segments.push_back(std::move(segment));
+  }
+  if (plan->segmented_programs > 0) {
+    plan->programs_freed_bytes = programs_freed;
+    plan->freed_bytes += programs_freed;
   }
   plan->groups.reserve(plan->segments.size());
   for (const RecomputeSegment& segment : plan->segments)

@@ -2,21 +2,17 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <sys/stat.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/framed_file.h"
 #include "base/libtorch_compat.h"
 #include "base/text.h"
 
@@ -25,12 +21,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kMagic[8] = {'K', 'O', 'I', 'L', 'A', 'O', 'P', 'T'};
-constexpr uint32_t kFormat = 1;
-constexpr size_t kPrefix = 8 + 4 + 4 + 8;  // magic, format, header bytes, payload bytes
-constexpr size_t kTrailer = 4;             // CRC-32
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the state file's integers are written as they lie in memory");
+const FrameKind kOptimizerFile{
+    "KOILAOPT", 1, "the optimizer state", "an optimizer state", "the optimizer is unchanged", "the optimizer state"};
 
 // One parameter's state as the file holds it.
 struct State {
@@ -118,85 +110,10 @@ uint64_t element_bytes(const at::Tensor& param) { return uint64_t(param.numel())
 
 // --- writing ---
 
-class CheckedWriter {
- public:
-  explicit CheckedWriter(AtomicFile& file) : file_(file) {}
-  void put(const void* data, size_t size) {
-    crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), size);
-    file_.write(data, size);
-  }
-  template <class T>
-  void put_int(T value) {
-    put(&value, sizeof value);
-  }
-  uint32_t crc() const { return static_cast<uint32_t>(crc_); }
-
- private:
-  AtomicFile& file_;
-  uLong crc_ = crc32_z(0, nullptr, 0);
-};
-
 // --- reading ---
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& why) {
   fail(Code::Io, "cannot load the optimizer state from '" + path + "': " + why + "; the optimizer is unchanged");
-}
-
-struct Prefix {
-  uint32_t format = 0, header_bytes = 0;
-  uint64_t payload_bytes = 0;
-};
-
-std::ifstream open_for_reading(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0)
-    fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
-  if (S_ISDIR(info.st_mode)) corrupt(path, "it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Code::Io, "cannot open '" + path + "': " + std::strerror(errno) + "; the optimizer is unchanged");
-  return in;
-}
-
-void read_exactly(std::ifstream& in, void* out, size_t size, const std::string& path) {
-  in.read(static_cast<char*>(out), static_cast<std::streamsize>(size));
-  if (static_cast<size_t>(in.gcount()) != size) corrupt(path, "a read came up short (the file changed while read?)");
-}
-
-// Checks the prefix, the length and the checksum; leaves `in` after the prefix.
-Prefix check_whole_file(std::ifstream& in, const std::string& path) {
-  in.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  char magic[8] = {};
-  if (size >= 8) read_exactly(in, magic, 8, path);
-  if (size < 8 || std::memcmp(magic, kMagic, 8) != 0) corrupt(path, "it is not an optimizer state saved by koila");
-  if (size < kPrefix + kTrailer) corrupt(path, "the file is truncated (" + std::to_string(size) + " bytes)");
-  Prefix p;
-  read_exactly(in, &p.format, 4, path);
-  read_exactly(in, &p.header_bytes, 4, path);
-  read_exactly(in, &p.payload_bytes, 8, path);
-  if (p.format == 0 || p.format > kFormat)
-    corrupt(path, "it is in format " + std::to_string(p.format) + ", and this koila reads format " +
-                      std::to_string(kFormat) + " (saved by a newer koila?)");
-  const uint64_t expected = kPrefix + uint64_t(p.header_bytes) + p.payload_bytes + kTrailer;
-  if (p.payload_bytes > size || expected != size)
-    corrupt(path, "the file is truncated or altered: its prefix announces " + std::to_string(expected) +
-                      " bytes, and it has " + std::to_string(size));
-  // The checksum over everything before the trailer, in blocks.
-  in.seekg(0);
-  uLong crc = crc32_z(0, nullptr, 0);
-  std::vector<char> block(1 << 20);
-  for (uint64_t left = size - kTrailer; left > 0;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, block.size()));
-    read_exactly(in, block.data(), n, path);
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(block.data()), n);
-    left -= n;
-  }
-  uint32_t stored = 0;
-  read_exactly(in, &stored, 4, path);
-  if (stored != static_cast<uint32_t>(crc)) corrupt(path, "its checksum does not match: the file is corrupt");
-  in.seekg(static_cast<std::streamoff>(kPrefix));
-  return p;
 }
 
 template <class T>
@@ -237,32 +154,21 @@ void save_optimizer(const Optimizer& o, const std::string& path) {
                        {"parameters", std::move(params)}};
   const std::string text = header.dump();
 
-  AtomicFile file(path, "the optimizer state");
-  CheckedWriter out(file);
-  out.put(kMagic, sizeof kMagic);
-  out.put_int<uint32_t>(kFormat);
-  out.put_int<uint32_t>(static_cast<uint32_t>(text.size()));
-  out.put_int<uint64_t>(offset);
-  out.put(text.data(), text.size());
+  FrameWriter out(path, kOptimizerFile, text, offset);
   // One tensor at a time on the host (a CUDA optimizer's state is not copied whole).
   for (const at::Tensor& t : payload) {
     const at::Tensor host = t.to(at::kCPU).contiguous();
     out.put(host.data_ptr(), element_bytes(host));
   }
-  out.put_int<uint32_t>(out.crc());
-  file.commit();
+  out.commit();
 }
 
 void load_optimizer(Optimizer& o, const std::string& path) {
   c10::NoGradGuard no_grad;
-  std::ifstream in = open_for_reading(path);
-  const Prefix prefix = check_whole_file(in, path);
-
-  std::string text(prefix.header_bytes, '\0');
-  read_exactly(in, text.data(), text.size(), path);
+  FrameReader in(path, kOptimizerFile);
   json header;
   try {
-    header = json::parse(text);
+    header = json::parse(in.header());
   } catch (const json::exception& e) {
     corrupt(path, std::string("its header is not JSON (") + e.what() + ")");
   }
@@ -328,10 +234,10 @@ void load_optimizer(Optimizer& o, const std::string& path) {
       if (std::none_of(known.begin(), known.end(), [&](const Slot& k) { return name == k.name; }) ||
           named(s, name).defined())
         corrupt(path, "parameter " + std::to_string(i) + " has an unknown or repeated state tensor \"" + name + "\"");
-      if (at_offset != offset || bytes != element_bytes(p) || offset + bytes > prefix.payload_bytes)
+      if (at_offset != offset || bytes != element_bytes(p) || offset + bytes > in.payload_bytes())
         corrupt(path, "parameter " + std::to_string(i) + "'s " + name + " is not where the header says");
       at::Tensor host = at::empty(p.sizes(), p.options().device(at::kCPU).requires_grad(false));
-      read_exactly(in, host.data_ptr(), bytes, path);
+      in.read(host.data_ptr(), bytes);
       // On the parameter's device, laid out as the parameter (as torch::optim makes it).
       at::Tensor t = at::empty_like(p, p.options().requires_grad(false));
       t.copy_(host);
@@ -342,7 +248,7 @@ void load_optimizer(Optimizer& o, const std::string& path) {
       if (k.required && !named(s, k.name).defined())
         corrupt(path, "parameter " + std::to_string(i) + "'s state has no " + k.name);
   }
-  if (offset != prefix.payload_bytes) corrupt(path, "its payload has bytes no state tensor claims");
+  if (offset != in.payload_bytes()) corrupt(path, "its payload has bytes no state tensor claims");
 
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> made;
   made.reserve(states.size());

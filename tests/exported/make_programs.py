@@ -19,6 +19,7 @@ For each case NAME it writes
                                  statistics move in training mode)
                computed by PyTorch on the model itself, eagerly, whole batch (the program,
                saved and loaded back, is checked to compute the same logits);
+  dropout_encoder.pt2  a program with dropout for the seeded-run tests (make_seeded)
   MANIFEST     one line per case: NAME mode=train|eval batch=dynamic|fixed outputs=N
                loss=ce_each|squares.
 The programs are small (a few KiB of weights): the tests load them on every LibTorch koila
@@ -198,6 +199,49 @@ def make(name, out_dir):
     return f"{name} mode={mode} batch={'dynamic' if dynamic else 'fixed'} outputs={len(results)} loss={rule}"
 
 
+class DropoutBlock(nn.Module):
+    """An encoder block with dropout on the attention weights, the feed-forward layer and both
+    residual branches (as nn.TransformerEncoderLayer(dropout=0.2) has, its attention written
+    out: LibTorch 1.13 has no scaled_dot_product_attention)."""
+
+    def __init__(self, width, hidden, p=0.2):
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.norm1 = nn.LayerNorm(width)
+        self.ff1 = nn.Linear(width, hidden)
+        self.ff2 = nn.Linear(hidden, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        a = self.drop(torch.softmax(q @ k.transpose(1, 2) / q.size(-1) ** 0.5, dim=-1))
+        h = self.norm1(x + self.drop(a @ v))
+        return self.norm2(h + self.drop(self.ff2(self.drop(torch.relu(self.ff1(h))))))
+
+
+class DropoutEncoder(nn.Module):
+    """Three DropoutBlocks in training mode, for the seeded-run tests: no reference, no
+    MANIFEST line (its gradients depend on the masks drawn)."""
+
+    def __init__(self, width=32, hidden=128):
+        super().__init__()
+        self.blocks = nn.Sequential(*[DropoutBlock(width, hidden) for _ in range(3)])
+        self.fc = nn.Linear(width, CLASSES)
+
+    def forward(self, x):
+        return self.fc(self.blocks(x).mean(1))
+
+
+def make_seeded(out_dir):
+    """dropout_encoder.pt2 (tests/test_seeded.cpp): input [batch, 128, 32], dynamic batch."""
+    torch.manual_seed(1999)
+    model = DropoutEncoder().train()
+    x = torch.randn(8, 128, 32)
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    torch.export.save(ep, os.path.join(out_dir, "dropout_encoder.pt2"))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_programs.py OUT_DIR")
@@ -205,6 +249,7 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
     lines = [make(name, out_dir) for name in CASES]
+    make_seeded(out_dir)
     with open(os.path.join(out_dir, "MANIFEST"), "w") as f:
         f.write(f"# torch {torch.__version__}\n" + "\n".join(lines) + "\n")
     print(f"make_programs.py: {len(lines)} programs in {out_dir} (torch {torch.__version__})")
