@@ -69,7 +69,7 @@ TEST(Estimates, BackendWorkspacesAreCalibratedByARealProbe) {
   const uint64_t probes = koila::testing::probes_run();
   const Measured m = plan_and_run(y.get(), KOILA_MODE_FORWARD);
   EXPECT_EQ(koila::testing::probes_run() - probes, 2u);
-  EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
+  EXPECT_NE(m.text.find("calibrated by real probes of 2 and 4 samples"), std::string::npos) << m.text;
   EXPECT_GE(static_cast<double>(m.estimated) * (1 + koila::kMargin), static_cast<double>(m.measured)) << m.text;
   EXPECT_LE(std::abs(error_of(m)), 0.10) << "estimated " << m.estimated << ", measured " << m.measured;
   const koila::Analysis& a = koila::analysis_of(y->node, koila::RunMode::Forward);
@@ -102,7 +102,7 @@ TEST(Estimates, ACalibrationProbeThatRunsOutOfMemoryIsTriedAgain) {
   EXPECT_NE(starved.text.find("out of memory"), std::string::npos) << starved.text;
   const Measured m = plan_and_run(y.get(), KOILA_MODE_FORWARD);
   EXPECT_EQ(koila::testing::probes_run() - probes, 3u);
-  EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
+  EXPECT_NE(m.text.find("calibrated by real probes of 2 and 4 samples"), std::string::npos) << m.text;
   EXPECT_GE(static_cast<double>(m.estimated) * (1 + koila::kMargin), static_cast<double>(m.measured)) << m.text;
 }
 
@@ -150,7 +150,7 @@ TEST(Estimates, ZeroedGradientsReuseTheCalibration) {
     Handle x = koila_models::lazy(xs, 0), y = koila_models::lazy(ys, 0);
     Handle loss = m.loss(x.get(), y.get());
     const Measured run = plan_and_run(loss.get(), KOILA_MODE_TRAINING);
-    EXPECT_NE(run.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << run.text;
+    EXPECT_NE(run.text.find("calibrated by real probes of 2 and 4 samples"), std::string::npos) << run.text;
     EXPECT_GE(static_cast<double>(run.estimated) * (1 + koila::kMargin), static_cast<double>(run.measured))
         << "step " << step << ": " << run.text;
     for (const at::Tensor& p : m.params()) p.mutable_grad().zero_();  // in place, as koila_tensor_zero_grad
@@ -345,7 +345,7 @@ TEST(Estimates, ACalibrationProbeStaysWithinTheBudget) {
   // With room for it, the next plan calibrates.
   ASSERT_OK(koila_set_memory_budget("cpu", 0));
   const Measured m = plan_and_run(total.get(), KOILA_MODE_FORWARD);
-  EXPECT_NE(m.text.find("calibrated by real probes of 2 4 samples"), std::string::npos) << m.text;
+  EXPECT_NE(m.text.find("calibrated by real probes of 2 and 4 samples"), std::string::npos) << m.text;
   EXPECT_EQ(koila::testing::probes_run() - probes, 3u);
   EXPECT_TRUE(at::allclose(to_aten(total.get()), xs.tanh().sum()));
 }

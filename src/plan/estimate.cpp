@@ -844,6 +844,22 @@ std::string Estimator::simulation_failure() {
   return record_->simulation_failure;
 }
 
+namespace {
+
+// The sample counts of probes, as a reader says them: "4", "2 and 4", "1, 2 and 4".
+template <class Map>
+std::string sizes_listed(const Map& probes) {
+  std::string text;
+  size_t k = 0;
+  for (const auto& entry : probes) {
+    text += (k == 0 ? "" : k + 1 == probes.size() ? " and " : ", ") + std::to_string(entry.first);
+    ++k;
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string Estimator::source() {
   GraphRecord& r = *record_;
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -854,7 +870,7 @@ std::string Estimator::source() {
     std::lock_guard<std::mutex> calibration_lock(r.calibration->mutex);
     if (!c.probes.empty()) {
       os << ", calibrated by real probes of";
-      for (const auto& [samples, d] : c.probes) os << " " << samples;
+      os << " " << sizes_listed(c.probes);
       if (!c.by_op.empty()) {
         os << " samples op by op (what each op took beyond its simulation, added to that op's; +"
            << human_bytes(c.bytes) << " at the probes' peaks";
@@ -871,10 +887,8 @@ std::string Estimator::source() {
     else
       os << ", not calibrated (no lazy batch to probe with)";
   } else if (!r.probes.empty()) {
-    os << "measured on real probes of";
-    for (const auto& [c, m] : r.probes) os << " " << c;
-    os << " samples and fitted (" << human_bytes(static_cast<uint64_t>(r.intercept)) << " + "
-       << human_bytes(static_cast<uint64_t>(r.slope))
+    os << "measured on real probes of " << sizes_listed(r.probes) << " samples and fitted ("
+       << human_bytes(static_cast<uint64_t>(r.intercept)) << " + " << human_bytes(static_cast<uint64_t>(r.slope))
        << " a sample), as simulating the graph on meta tensors failed: " << r.simulation_failure;
   } else {
     os << "a coarse estimate: simulating the graph on meta tensors failed: " << r.simulation_failure;

@@ -3,7 +3,7 @@
 
 usage: test_cli.py --koila BIN --corpus DIR --work DIR CASE
 
-CASE is one of: plan_text, plan_json, svg, fit, forward_int_input, exported, errors, help. Each runs
+CASE is one of: plan_text, plan_json, svg, fit, recompute, forward_int_input, exported, errors, help. Each runs
 the command as a user would and checks what it prints: figures against each other (the
 parts of the memory add up to the plan's peak, the timeline's peak is the plan's), the
 fit against koila's own plans and a measured run, and every error as one line.
@@ -169,6 +169,55 @@ def case_fit(a):
     check("largest batch that runs unsplit   %d" % n in text, "fit text lacks the answer %d" % n)
     check("largest chunk under the budget    %d" % r["largest_chunk"] in text, "fit text lacks the chunk")
     check("largest batch, recomputing" in text, "fit text lacks the largest batch recomputing")
+
+
+def case_recompute(a):
+    """A corpus model that fits only by recomputing: resnet18 in training, whose batch norm couples
+    the batch (no split), under 90% of the unsplit need of 128 samples of 96x96. The text, the JSON (the C
+    API's figures), the SVG and fit agree that the plan recomputes, and the plan drawn as fitting
+    stays under its budget line."""
+    model = os.path.join(a.corpus, "resnet18.pt")
+    common = ["--input", "3x96x96", "--batch", "128", "--mode", "training", "--loss", "cross_entropy:10"]
+    free = json.loads(run(["plan", model] + common + ["--budget", "64GiB", "--json"], a.koila).stdout)
+    budget = int(free["unsplit_needed_bytes"] * 0.9)
+    args = common + ["--budget", str(budget)]
+    svg = os.path.join(a.work, "resnet18.svg")
+    r = json.loads(run(["plan", model] + args + ["--json", "--svg", svg], a.koila).stdout)
+    print(r["description"])
+    check(r["chunks"] == 1 and r["recomputed_bytes"] > 0 and r["recomputes"] and not r["fits_unsplit"],
+          "the plan does not say it recomputes: chunks %d, recomputed %d, fits_unsplit %s" %
+          (r["chunks"], r["recomputed_bytes"], r["fits_unsplit"]))
+    check("module call in segments of its own graph" in r["description"] and "a chunk frees" in r["description"],
+          "the description: %s" % r["description"])
+    check(r["peak_bytes"] <= r["needed_bytes"] <= r["budget_bytes"] < r["unsplit_needed_bytes"],
+          "needs against the budget: %s" % r["description"])
+    check_timeline(r["timeline"], r["peak_bytes"], "recomputing timeline")
+    check(any(e["op"].endswith("(recomputed)") for e in r["timeline"]["events"]), "the timeline shows no op run again")
+    check(r["timeline"]["estimated_peak_bytes"] != r["unsplit_timeline"]["estimated_peak_bytes"],
+          "the plan's timeline is the one without recomputation")
+    # The SVG draws the run that will happen first, fitting under the budget, then the batch
+    # without recomputation, which does not fit.
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ET.parse(svg).getroot()
+    titles = ["".join(t.itertext()) for t in root.iter(ns + "text") if t.get("class") == "title"]
+    check(len(titles) == 2 and "recomputing" in titles[0] and "fits" in titles[0] and
+          "without recomputation" in titles[1] and "does not fit" in titles[1], "SVG titles: %s" % titles)
+    check(not any("fits, as planned" in t for t in titles), "SVG titles: %s" % titles)
+    budget_y = [float(l.get("y1")) for l in root.iter(ns + "line") if l.get("class") == "budget"]
+    peaks = [p for p in root.iter(ns + "polyline") if p.get("class") == "peak"]
+    if budget_y and peaks:
+        top = min(float(xy.split(",")[1]) for xy in peaks[0].get("points").split())
+        check(top >= budget_y[0], "the planned curve rises above its budget line (y %.1f against %.1f)" % (top, budget_y[0]))
+    text = run(["plan", model] + args, a.koila).stdout
+    check("plan       unsplit, recomputing" in text and "\nrecomputes " in text, "plan text:\n" + text)
+    check("(the whole batch fits)" not in text, "plan text says the batch fits unsplit:\n" + text)
+    fit = run(["fit", model] + args, a.koila).stdout
+    print(fit)
+    check("batch 128                         unsplit, recomputing" in fit, "fit text does not say batch 128 recomputes")
+    check("KOILA_RECOMPUTE_OFF" not in fit, "fit names a setting nobody set:\n" + fit)
+    off = run(["fit", model] + args + ["--recompute", "off"], a.koila, expect_rc=None).stdout
+    check("batch 128" in off and "recomputing" not in off.split("batch 128", 1)[1].split("\n")[0],
+          "--recompute off: batch 128 still recomputes:\n" + off)
 
 
 def case_forward_int_input(a):

@@ -37,10 +37,20 @@ class Search {
                              human_bytes(v.full_need - std::min(v.full_need, budget_)) + " over the " +
                              human_bytes(budget_) + " budget, so it would run in " +
                              std::to_string(koila_plan_num_chunks(b.plan.get())) + " chunks"
-                       : b.message;
+                       : refusal(b.message);
     }
     tried_[n] = v;
     return v.fits;
+  }
+
+  // A refused plan's message, as the search's: the search plans without recomputation on its own
+  // (the recomputing search follows), so the setting the message names is not the user's.
+  std::string refusal(std::string message) const {
+    static const std::string kOff = " Recomputation is off (KOILA_RECOMPUTE_OFF).";
+    if (recomputing_ || s_.options().recompute == KOILA_RECOMPUTE_OFF) return message;
+    const size_t at = message.find(kOff);
+    if (at != std::string::npos) message.replace(at, kOff.size(), " (Planned without recomputation.)");
+    return message;
   }
 
   // A first guess: the line through what batches n1 < n2 need (koila_plan_full_needed_bytes:
@@ -197,16 +207,21 @@ std::string fit_text(const FitResult& r, const Session& s) {
   const int64_t batch = s.options().batch;
   if (r.batch_planned) {
     const PlanReport& p = r.at_batch;
+    const std::string recomputing =
+        p.recomputed > 0 ? ", recomputing " + human_bytes(p.recomputed) + " of activations" : std::string();
     if (p.chunks == 1)
-      std::snprintf(line, sizeof line, "batch %-27lld unsplit (estimated peak %s)\n", static_cast<long long>(batch),
-                    human_bytes(p.peak).c_str());
+      std::snprintf(line, sizeof line, "batch %-27lld unsplit%s (estimated peak %s%s)\n", static_cast<long long>(batch),
+                    recomputing.c_str(), human_bytes(p.peak).c_str(),
+                    p.recomputed > 0 ? ("; without recomputation " + human_bytes(p.full_peak)).c_str() : "");
     else
-      std::snprintf(line, sizeof line, "batch %-27lld %lld chunks of %lld (estimated peak %s; unsplit %s)\n",
+      std::snprintf(line, sizeof line, "batch %-27lld %lld chunks of %lld%s (estimated peak %s; unsplit %s)\n",
                     static_cast<long long>(batch), static_cast<long long>(p.chunks), static_cast<long long>(p.chunk),
-                    human_bytes(p.peak).c_str(), human_bytes(p.full_peak).c_str());
+                    recomputing.c_str(), human_bytes(p.peak).c_str(), human_bytes(p.full_peak).c_str());
     text += line;
     std::snprintf(line, sizeof line, "largest chunk under the budget    %lld%s\n", static_cast<long long>(p.chunk),
-                  p.chunks == 1 ? " (the whole batch)" : " (the largest power of two whose chunks fit)");
+                  p.chunks > 1       ? " (the largest power of two whose chunks fit)"
+                  : p.recomputed > 0 ? " (the whole batch, recomputing)"
+                                     : " (the whole batch)");
     text += line;
   } else {
     text += "batch " + std::to_string(batch) + ": does not run: " + r.batch_why + "\n";

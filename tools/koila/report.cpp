@@ -155,10 +155,13 @@ std::string plan_text(const PlanReport& r, const Session& s) {
   std::string text = setup_text(s);
   char line[256];
   text += "\nbatch      " + std::to_string(r.batch) + "\n";
-  if (r.chunks == 1)
+  if (r.chunks == 1 && r.recomputed > 0)
+    text += "plan       unsplit, recomputing (the whole batch fits only by recomputing activations)\n";
+  else if (r.chunks == 1)
     text += "plan       unsplit (the whole batch fits)\n";
   else
-    text += "plan       " + std::to_string(r.chunks) + " chunks of " + std::to_string(r.chunk) + "\n";
+    text += "plan       " + std::to_string(r.chunks) + " chunks of " + std::to_string(r.chunk) +
+            (r.recomputed > 0 ? ", recomputing\n" : "\n");
   text += "peak       " + human_bytes(r.peak) + " estimated";
   if (r.chunks > 1) text += " (unsplit: " + human_bytes(r.full_peak) + ")";
   text += "\nneeds      " + human_bytes(r.need) + " of budget, with koila's margin on the estimate";
@@ -198,7 +201,8 @@ void plan_json(Json& j, const PlanReport& r) {
       .field("unsplit_needed_bytes", r.full_need)
       .field("recomputed_bytes", r.recomputed)
       .field("plan_budget_bytes", r.budget)
-      .field("fits_unsplit", r.chunks == 1)
+      .field("fits_unsplit", r.chunks == 1 && r.recomputed == 0)
+      .field("recomputes", r.recomputed > 0)
       .field("description", r.description);
   j.begin_array("memory");
   for (const Part& p : r.parts)

@@ -132,7 +132,9 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
   o << "<circle cx=\"" << num(px) << "\" cy=\"" << num(py) << "\" r=\"5\" class=\"peak-dot\"/>\n";
   // Named under the plot, where no curve runs, beside a dot like the one on the curve.
   std::string label = "peak at " + p.op + " (" + (p.backward ? "backward" : "forward");
-  if (!t.unsplit) label += ", chunk " + std::to_string(p.chunk + 1);
+  const bool chunked =
+      std::any_of(t.events.begin(), t.events.end(), [](const TimelineEvent& e) { return e.chunk > 0; });
+  if (!t.unsplit && chunked) label += ", chunk " + std::to_string(p.chunk + 1);
   label += "): " + human_bytes(p.peak) + " simulated";
   o << "<circle cx=\"" << num(kLeft + 5) << "\" cy=\"" << num(bottom + 18) << "\" r=\"5\" class=\"peak-dot\"/>\n";
   o << text(kLeft + 15, bottom + 23, label, "class=\"label peak-label\"");
@@ -146,12 +148,19 @@ std::string panel(const TimelineData& t, const std::string& title, double top, u
 std::string timeline_svg(const PlanReport& r, const Session& session) {
   std::vector<std::pair<const TimelineData*, std::string>> panels;
   const std::string mode = session.options().mode == KOILA_MODE_TRAINING ? "forward and backward" : "forward";
-  if (r.chunks > 1 && r.planned.available)
-    panels.push_back({&r.planned, "Planned: " + std::to_string(r.chunks) + " chunks of " + std::to_string(r.chunk) +
-                                      " (" + mode + " of the first two chunks, as simulated)"});
+  // The run that will happen first: in chunks or recomputing, the planned timeline (with the ops
+  // run again in the backward); then the batch at once without recomputation, for comparison.
+  const bool recomputing = r.recomputed > 0;
+  if ((r.chunks > 1 || recomputing) && r.planned.available)
+    panels.push_back({&r.planned, r.chunks > 1 ? "Planned: " + std::to_string(r.chunks) + " chunks of " +
+                                                     std::to_string(r.chunk) + (recomputing ? ", recomputing" : "") +
+                                                     " (" + mode + " of the first two chunks, as simulated)"
+                                               : "Planned: the batch of " + std::to_string(r.batch) +
+                                                     " at once, recomputing (" + mode + ", as simulated; fits)"});
   if (r.unsplit.available)
-    panels.push_back({&r.unsplit, std::string("Unsplit: the batch of ") + std::to_string(r.batch) + " at once (" +
-                                      mode + (r.chunks > 1 ? "; does not fit" : "; fits, as planned") + ")"});
+    panels.push_back({&r.unsplit, std::string("Unsplit") + (recomputing ? " without recomputation" : "") +
+                                      ": the batch of " + std::to_string(r.batch) + " at once (" + mode +
+                                      (r.chunks > 1 || recomputing ? "; does not fit" : "; fits, as planned") + ")"});
   if (panels.empty()) throw CliError("--svg: no timeline for this plan: " + r.planned.why_not);
   uint64_t top_bytes = 0;
   for (const auto& [t, title] : panels)
