@@ -1,13 +1,15 @@
 // Saves the states of the random generators a run on a device can draw from, and restores
-// them when done, so that real probe runs (module/probe.cpp, plan/estimate.cpp) leave the
-// caller's random streams exactly where they were and draw the same numbers each time: the
-// CPU's default generator always (a module may draw there and copy to its device), and on
-// CUDA every CUDA device's.
+// them when done, so that real probe runs (module/probe.cpp, plan/estimate.cpp) and the kernel
+// check of a new op (graph/graph.cpp) leave the caller's random streams exactly where they were
+// and draw the same numbers each time: the CPU's default generator always (a module may draw
+// there and copy to its device), and on CUDA every CUDA device's.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -26,72 +28,101 @@ inline std::vector<at::Generator> generators_of(const c10::Device& device) {
   return out;
 }
 
-// The states of generators_of(device) now, in its order.
-inline std::vector<at::Tensor> random_states(const c10::Device& device) {
-  std::vector<at::Tensor> out;
-  for (at::Generator& g : generators_of(device)) {
-    std::lock_guard<std::mutex> lock(g.mutex());
-    out.push_back(g.get_state());
+// One generator's state, to put back. The CPU's is kept as a copy of the generator (its engine and
+// cached normal samples), not as its 5 KiB state tensor, which the tracking allocator would count
+// as the run's memory while the snapshot lives; a CUDA device's as its state (a few bytes).
+class GeneratorSnapshot {
+ public:
+  explicit GeneratorSnapshot(at::Generator generator) : generator_(std::move(generator)) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    if (generator_.device().is_cpu())
+      cpu_ = generator_.get<at::CPUGeneratorImpl>()->clone();
+    else
+      state_ = generator_.get_state();
   }
-  return out;
-}
+  void restore() const {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    if (cpu_) {
+      at::CPUGeneratorImpl* to = generator_.get<at::CPUGeneratorImpl>();
+      to->set_engine(cpu_->engine());
+      to->set_next_float_normal_sample(cpu_->next_float_normal_sample());
+      to->set_next_double_normal_sample(cpu_->next_double_normal_sample());
+    } else {
+      generator_.set_state(state_);
+    }
+  }
+  // The state as LibTorch's get_state gives it (what RandomScope::replay takes).
+  at::Tensor state() const {
+    if (!cpu_) return state_;
+    at::Generator copy;
+    {
+      std::lock_guard<std::mutex> lock(generator_.mutex());
+      copy = generator_.clone();
+    }
+    copy.get<at::CPUGeneratorImpl>()->set_engine(cpu_->engine());
+    copy.get<at::CPUGeneratorImpl>()->set_next_float_normal_sample(cpu_->next_float_normal_sample());
+    copy.get<at::CPUGeneratorImpl>()->set_next_double_normal_sample(cpu_->next_double_normal_sample());
+    return copy.get_state();
+  }
+  at::Generator& generator() { return generator_; }
 
-// Puts generators_of(device) back to `states` (random_states of the same device).
-inline void set_random_states(const c10::Device& device, const std::vector<at::Tensor>& states) {
-  std::vector<at::Generator> generators = generators_of(device);
-  for (size_t i = 0; i < generators.size() && i < states.size(); ++i) {
-    std::lock_guard<std::mutex> lock(generators[i].mutex());
-    generators[i].set_state(states[i]);
+ private:
+  mutable at::Generator generator_;
+  std::shared_ptr<at::CPUGeneratorImpl> cpu_;
+  at::Tensor state_;
+};
+
+// The states of generators_of(device), taken when made; restore() puts them back.
+class RandomSnapshot {
+ public:
+  explicit RandomSnapshot(const c10::Device& device) {
+    for (at::Generator& g : generators_of(device)) saved_.emplace_back(std::move(g));
   }
-}
+  void restore() const {
+    for (const GeneratorSnapshot& s : saved_) s.restore();
+  }
+  // The states, in generators_of's order, as tensors.
+  std::vector<at::Tensor> states() const {
+    std::vector<at::Tensor> out;
+    for (const GeneratorSnapshot& s : saved_) out.push_back(s.state());
+    return out;
+  }
+  std::vector<GeneratorSnapshot>& generators() { return saved_; }
+
+ private:
+  std::vector<GeneratorSnapshot> saved_;
+};
 
 class RandomScope {
  public:
-  explicit RandomScope(const c10::Device& device) {
-    for (at::Generator& g : generators_of(device)) add(std::move(g));
-  }
+  explicit RandomScope(const c10::Device& device) : saved_(device) {}
   // The states saved, in generators_of's order.
-  std::vector<at::Tensor> states() const {
-    std::vector<at::Tensor> out;
-    for (const auto& [generator, state] : saved_) out.push_back(state);
-    return out;
-  }
+  std::vector<at::Tensor> states() const { return saved_.states(); }
   // Makes the next draws those that followed `states` (from states() of a scope on the same
   // device); the states saved come back when the scope ends.
   void replay(const std::vector<at::Tensor>& states) {
-    for (size_t i = 0; i < saved_.size() && i < states.size(); ++i) {
-      std::lock_guard<std::mutex> lock(saved_[i].first.mutex());
-      saved_[i].first.set_state(states[i]);
+    std::vector<GeneratorSnapshot>& generators = saved_.generators();
+    for (size_t i = 0; i < generators.size() && i < states.size(); ++i) {
+      at::Generator& g = generators[i].generator();
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_state(states[i]);
     }
   }
-  ~RandomScope() {
-    for (auto& [generator, state] : saved_) {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(state);
-    }
-  }
+  ~RandomScope() { saved_.restore(); }
   // Makes the next draws of every generator those of `seed` (every probe run draws the same
   // numbers).
   void reseed(uint64_t seed) {
-    for (auto& [generator, state] : saved_) {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_current_seed(seed);
+    for (GeneratorSnapshot& s : saved_.generators()) {
+      at::Generator& g = s.generator();
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_current_seed(seed);
     }
   }
   RandomScope(const RandomScope&) = delete;
   RandomScope& operator=(const RandomScope&) = delete;
 
  private:
-  void add(at::Generator generator) {
-    at::Tensor state;
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      state = generator.get_state();
-    }
-    saved_.emplace_back(std::move(generator), std::move(state));
-  }
-
-  std::vector<std::pair<at::Generator, at::Tensor>> saved_;
+  RandomSnapshot saved_;
 };
 
 }  // namespace koila

@@ -264,8 +264,8 @@ uint64_t probe(const NodePtr& root, const PlacedDevice& device, const Analysis& 
                std::vector<OpPoint>* ops = nullptr, uint64_t* needed = nullptr) {
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
-  // state and of the random generator's (5 KiB on the CPU) included; only what the run
-  // itself takes is the probe's peak. What a library keeps for the process once first used
+  // state included (the random generators' are kept outside the tracked memory:
+  // base/random_scope.h); only what the run itself takes is the probe's peak. What a library keeps for the process once first used
   // there (cuBLAS's workspace) is taken before, not counted as the graph's.
   prepare_device(device);
   const uint64_t current = memory_stats(device).current;

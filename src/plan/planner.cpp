@@ -522,7 +522,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
     bool plan_again = false;
     // An attempt that ran out of memory drew random numbers (dropout): the retry draws them
     // again from here, as a run planned with its chunk from the start would.
-    const std::vector<at::Tensor> drawn_from = random_states(device);
+    const RandomSnapshot drawn_from(device);
     for (;;) {
       if (plan_again) {
         planning.lock();
@@ -570,7 +570,7 @@ Plan planned_run(const NodePtr& root, RunMode mode, bool with_source, F&& attemp
         else
           estimator.record_run(plan.chunk, needed);
         release_cached_memory(plan.device);
-        set_random_states(device, drawn_from);
+        drawn_from.restore();
         if (plan.recompute) {
           // A recomputing run that ran out (its estimate fell short: a backend's workspace no
           // probe could show): the same chunk once more under the budget where the cap was the
