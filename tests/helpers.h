@@ -96,6 +96,26 @@ inline Handle call(koila_status* status, koila_tensor* out) {
 // The internal node, for what the C API does not show (coupling, reductions).
 inline const koila::Node& node(const koila_tensor* t) { return *t->node; }
 
+// ---- CUDA: tests that need a device skip without one ---------------------------------
+
+// Why CUDA cannot run here (no device, or a LibTorch without CUDA), or "" when it can.
+inline std::string no_cuda_reason() {
+  koila_tensor* t = nullptr;
+  const int64_t shape[1] = {1};
+  koila_status* s = koila_tensor_zeros(&t, shape, 1, KOILA_FLOAT32, "cuda");
+  koila_tensor_free(t);
+  if (s == nullptr) return "";
+  std::string why = koila_status_message(s);
+  koila_status_free(s);
+  return why;
+}
+
+#define SKIP_WITHOUT_CUDA()                                                                           \
+  do {                                                                                                \
+    const std::string why_ = ::koila_test::no_cuda_reason();                                          \
+    if (!why_.empty()) GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch, not here: " << why_; \
+  } while (0)
+
 // ---- Planning: memory figures, budgets and plans -------------------------------------
 
 inline uint64_t current_cpu() {

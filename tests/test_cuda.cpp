@@ -28,24 +28,6 @@ namespace {
 using koila_models::Kind;
 using koila_models::Model;
 
-// Why the CUDA tests cannot run here, or "" when they can.
-std::string no_cuda_reason() {
-  koila_tensor* t = nullptr;
-  const int64_t shape[1] = {1};
-  koila_status* s = koila_tensor_zeros(&t, shape, 1, KOILA_FLOAT32, "cuda");
-  koila_tensor_free(t);
-  if (s == nullptr) return "";
-  std::string why = koila_status_message(s);
-  koila_status_free(s);
-  return why;
-}
-
-#define SKIP_WITHOUT_CUDA()                                                                           \
-  do {                                                                                                \
-    const std::string why_ = no_cuda_reason();                                                        \
-    if (!why_.empty()) GTEST_SKIP() << "needs a CUDA device and a CUDA LibTorch, not here: " << why_; \
-  } while (0)
-
 uint64_t current_cuda() {
   uint64_t current = 0;
   koila_status_free(koila_memory_stats("cuda", &current, nullptr));

@@ -71,7 +71,14 @@ struct RecomputePolicy {
 struct Model {
   std::function<Handle(std::vector<Handle>& keep)> build;
   std::function<Grads()> grads;
+  std::string device = "cpu";
 };
+
+uint64_t current_on(const std::string& device) {
+  uint64_t current = 0;
+  koila_status_free(koila_memory_stats(device.c_str(), &current, nullptr));
+  return current;
+}
 
 // One seeded step of `m`: the seed, the loss built, its backward; the gradients.
 Grads seeded_step(const Model& m, uint64_t seed) {
@@ -90,7 +97,8 @@ const char* name(Budget b) { return b == Budget::None ? "unsplit" : b == Budget:
 // Sets the CPU budget for `b` from a plan of the model's loss (that plan, and what it probed,
 // then forgotten), and says whether the plan made under it is the kind asked for.
 void set_budget(const Model& m, Budget b) {
-  ASSERT_EQ(koila_set_memory_budget("cpu", 0), nullptr);
+  const char* device = m.device.c_str();
+  ASSERT_EQ(koila_set_memory_budget(device, 0), nullptr);
   if (b == Budget::None) return;
   std::vector<Handle> keep;
   const Handle loss = m.build(keep);
@@ -101,15 +109,15 @@ void set_budget(const Model& m, Budget b) {
     const int64_t chunk = plan_of(loss.get(), KOILA_MODE_TRAINING).batch / 4;
     const double need = static_cast<double>(koila::estimate_extra(loss->node, training, chunk)),
                  twice = static_cast<double>(koila::estimate_extra(loss->node, training, 2 * chunk));
-    ASSERT_EQ(koila_set_memory_budget("cpu",
-                                      current_cpu() + static_cast<uint64_t>((need + twice) / 2 * (1 + koila::kMargin))),
+    ASSERT_EQ(koila_set_memory_budget(
+                  device, current_on(m.device) + static_cast<uint64_t>((need + twice) / 2 * (1 + koila::kMargin))),
               nullptr);
   } else {
     // The largest of 90%, 80%, ... 50% of one sample's need (with the margin) that plans
     // recomputing.
     const double one = static_cast<double>(koila::estimate_extra(loss->node, training, 1)) * (1 + koila::kMargin);
     for (const double fraction : {0.9, 0.8, 0.7, 0.6, 0.5}) {
-      ASSERT_EQ(koila_set_memory_budget("cpu", current_cpu() + static_cast<uint64_t>(one * fraction)), nullptr);
+      ASSERT_EQ(koila_set_memory_budget(device, current_on(m.device) + static_cast<uint64_t>(one * fraction)), nullptr);
       koila_plan* p = nullptr;
       koila_status* s = koila_plan_new(&p, loss.get(), KOILA_MODE_TRAINING);
       const bool planned = s == nullptr;
@@ -134,6 +142,10 @@ void set_budget(const Model& m, Budget b) {
 // each budget; a different seed draws differently (the check can fail).
 void expect_first_step_as_later_ones(const Model& m) {
   BudgetGuard restore;
+  struct DeviceBudget {
+    std::string device;
+    ~DeviceBudget() { koila_status_free(koila_set_memory_budget(device.c_str(), 0)); }
+  } device_budget{m.device};
   for (const Budget b : {Budget::None, Budget::Split, Budget::Recompute}) {
     SCOPED_TRACE(name(b));
     set_budget(m, b);
@@ -157,7 +169,10 @@ struct Tower {
   std::vector<Handle> shared;
   at::Tensor input;
   double p;
-  Tower(int64_t batch, int64_t positions, int64_t width, int64_t hidden, int layers, double p_) : p(p_) {
+  std::string device;
+  Tower(int64_t batch, int64_t positions, int64_t width, int64_t hidden, int layers, double p_,
+        const std::string& device_ = "cpu")
+      : p(p_), device(device_) {
     const at::Generator g = at::make_generator<at::CPUGeneratorImpl>(7);
     for (int l = 0; l < layers; ++l) {
       params.push_back((at::randn({hidden, width}, g) * 0.1).requires_grad_(true));
@@ -165,8 +180,9 @@ struct Tower {
       params.push_back((at::randn({width, hidden}, g) * 0.1).requires_grad_(true));
       params.push_back((at::randn({width}, g) * 0.1).requires_grad_(true));
     }
+    input = at::randn({batch, positions, width}, g).to(device);
+    for (at::Tensor& t : params) t = t.detach().to(device).requires_grad_(true);
     for (const at::Tensor& t : params) shared.push_back(koila_models::share(t));
-    input = at::randn({batch, positions, width}, g);
   }
   Handle loss(std::vector<Handle>& keep) const {
     Handle x = koila_models::lazy(input, 0);
@@ -189,7 +205,7 @@ struct Tower {
     return out;
   }
   Model model() const {
-    return {[this](std::vector<Handle>& keep) { return loss(keep); }, [this] { return grads(); }};
+    return {[this](std::vector<Handle>& keep) { return loss(keep); }, [this] { return grads(); }, device};
   }
 };
 
@@ -429,6 +445,28 @@ TEST(Seeded, TrainingWithDropoutResumesBitForBitFromTheGeneratorsFile) {
       EXPECT_FALSE(same(resumed[0], straight[0])) << "the masks do not depend on the generators";
     }
   }
+}
+
+// ---- On CUDA (scripts/gpu_check.sh runs these on a lent GPU) --------------------------
+
+TEST(Seeded, OnCudaTheFirstStepOfAStructureDrawsAsLaterOnes) {
+  SKIP_WITHOUT_CUDA();
+  const Tower t(8, 512, 32, 64, 12, 0.2, "cuda:0");
+  expect_first_step_as_later_ones(t.model());
+}
+
+TEST(Seeded, OnCudaTheGeneratorsFileHoldsTheDevicesGenerator) {
+  SKIP_WITHOUT_CUDA();
+  koila_tests::TempDir dir("koila-rng-");
+  const std::string path = dir / "rng.bin";
+  const auto draw_cuda = [] { return at::rand({64}, at::TensorOptions().device(at::kCUDA)).cpu(); };
+  ASSERT_EQ(koila_manual_seed(8), nullptr);
+  draw_cuda();
+  ASSERT_EQ(koila_rng_save(path.c_str()), nullptr);
+  const at::Tensor after_save = draw_cuda(), cpu_after_save = draw();
+  ASSERT_EQ(koila_rng_load(path.c_str()), nullptr);
+  EXPECT_TRUE(at::equal(draw_cuda(), after_save));
+  EXPECT_TRUE(at::equal(draw(), cpu_after_save));
 }
 
 }  // namespace

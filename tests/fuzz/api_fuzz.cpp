@@ -568,6 +568,22 @@ void make_optimizer(State& st, OptKind kind) {
   if (check_out(check(s, fn), out, fn)) st.optimizers.push_back(out);
 }
 
+// A copy of the file at `good` in the scratch folder as `name`, cut short or with a byte
+// changed.
+std::string spoilt_copy(State& st, const std::string& good, const std::string& name) {
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!bytes.empty()) {
+    if (st.in.chance(50))
+      bytes.resize(static_cast<size_t>(st.in.below(static_cast<int>(bytes.size()))));
+    else
+      bytes[static_cast<size_t>(st.in.below(static_cast<int>(bytes.size())))] ^= 0x20;
+  }
+  const std::string path = st.scratch + "/" + name;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
 // Optimizer state files: good ones, one of another optimizer, cut short, junk, a module's,
 // missing, a folder.
 void save_or_load_optimizer(State& st, bool save) {
@@ -581,21 +597,53 @@ void save_or_load_optimizer(State& st, bool save) {
   }
   std::string path = good;
   if (st.in.chance(30)) {  // a copy of a saved state, cut or with a byte changed
-    std::ifstream in(good, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!bytes.empty()) {
-      if (st.in.chance(50))
-        bytes.resize(static_cast<size_t>(st.in.below(static_cast<int>(bytes.size()))));
-      else
-        bytes[static_cast<size_t>(st.in.below(static_cast<int>(bytes.size())))] ^= 0x20;
-    }
-    path = st.scratch + "/spoilt.state";
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    path = spoilt_copy(st, good, "spoilt.state");
   } else if (st.in.chance(20) && !st.module_files.empty()) {
     path = st.module_files[st.in.below(static_cast<int>(st.module_files.size()))];
   }
   note("koila_optimizer_load " + path);
   check(koila_optimizer_load(o, st.in.chance(5) ? nullptr : path.c_str()), "koila_optimizer_load");
+}
+
+// Four numbers from the CPU generator, through the C API.
+std::vector<float> draws() {
+  const int64_t shape[1] = {4};
+  koila_tensor* t = nullptr;
+  if (koila_tensor_randn(&t, shape, 1, KOILA_FLOAT32, "cpu") != nullptr) die("koila_tensor_randn failed");
+  std::vector<float> out(4);
+  const bool read = koila_tensor_to_host(t, out.data(), out.size() * sizeof(float)) == nullptr;
+  koila_tensor_free(t);
+  if (!read) die("koila_tensor_to_host failed");
+  return out;
+}
+
+// Random generator files: good ones, cut short or altered, an optimizer's or a module's,
+// missing, a folder, NULL. A failed load changes no generator.
+void save_or_load_rng(State& st, bool save) {
+  const std::string good = st.scratch + "/rng" + std::to_string(st.in.below(2)) + ".bin";
+  if (save) {
+    const char* p = st.in.chance(5) ? nullptr : st.in.chance(10) ? st.scratch.c_str() : good.c_str();
+    note("koila_rng_save");
+    check(koila_rng_save(p), "koila_rng_save");
+    return;
+  }
+  std::string path = good;
+  if (st.in.chance(30))
+    path = spoilt_copy(st, good, "spoilt.rng");
+  else if (st.in.chance(20))
+    path = st.scratch + "/optimizer0.state";
+  else if (st.in.chance(20) && !st.module_files.empty())
+    path = st.module_files[st.in.below(static_cast<int>(st.module_files.size()))];
+  note("koila_rng_load " + path);
+  const std::string before = st.scratch + "/before.rng";
+  if (koila_rng_save(before.c_str()) != nullptr) die("koila_rng_save of a good path failed");
+  koila_status* s = koila_rng_load(st.in.chance(5) ? nullptr : path.c_str());
+  if (s != nullptr) {  // the next draws are those that followed the state before the load
+    const std::vector<float> after = draws();
+    koila_status_free(koila_rng_load(before.c_str()));
+    if (after != draws()) die("koila_rng_load failed and changed a generator");
+  }
+  check(s, "koila_rng_load");
 }
 
 // DLPack: a producer that counts its deleter's calls, which must be exactly one per struct
@@ -1325,6 +1373,8 @@ std::vector<Entry> make_table() {
   });
   add("koila_optimizer_save", 1, [](State& st) { save_or_load_optimizer(st, true); });
   add("koila_optimizer_load", 1, [](State& st) { save_or_load_optimizer(st, false); });
+  add("koila_rng_save", 1, [](State& st) { save_or_load_rng(st, true); });
+  add("koila_rng_load", 1, [](State& st) { save_or_load_rng(st, false); });
   add("koila_clip_grad_norm", 1, [](State& st) {
     std::vector<koila_tensor*> params = pick_params(st);
     koila_tensor* const* list = st.in.chance(3) ? nullptr : params.data();
