@@ -177,10 +177,13 @@ inline std::vector<Entry> read_manifest(const std::string& dir) {
 struct Reference {
   at::Tensor input, target, logits, loss;
   std::vector<std::pair<std::string, at::Tensor>> grads;  // parameter name, d loss / d parameter
+  // PyTorch's own gradient accumulation over chunks of one sample against its whole batch:
+  // the largest over the parameters of max |difference| / max |gradient|; -1 where not given.
+  double chunks_of_one_distance = -1;
 };
 
 // NAME.MODE.ref.pt: buffers input, target, logits, loss, then grad__<parameter> in
-// named_parameters() order ('.' written "__").
+// named_parameters() order ('.' written "__"), and chunks_of_one_distance where given.
 inline Reference read_reference(const std::string& dir, const std::string& name, const std::string& module_mode) {
   const std::string path = dir + "/" + name + "." + module_mode + ".ref.pt";
   torch::jit::Module m = torch::jit::load(path);
@@ -194,6 +197,8 @@ inline Reference read_reference(const std::string& dir, const std::string& name,
       r.logits = b.value;
     } else if (b.name == "loss") {
       r.loss = b.value;
+    } else if (b.name == "chunks_of_one_distance") {
+      r.chunks_of_one_distance = b.value.item<double>();
     } else if (b.name.rfind("grad__", 0) == 0) {
       std::string param = b.name.substr(6);
       for (size_t i; (i = param.find("__")) != std::string::npos;) param.replace(i, 2, ".");

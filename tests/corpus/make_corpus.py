@@ -17,6 +17,9 @@ For every model NAME it writes
                                       of the manifest's loss= term (loss_of)
                          grad__P      d loss / d P for each parameter P, in
                                       named_parameters() order ('.' written '__')
+                         chunks_of_one_distance  (where the model runs in chunks of one)
+                                      how far PyTorch's own accumulation over chunks of
+                                      one sample lands from those gradients
                        computed by PyTorch on the whole batch;
   NAME.per_chunk.ref.pt for batch-norm models: the same in train mode with the batch in 4
                        chunks whose batch norm uses each chunk's own statistics
@@ -384,13 +387,40 @@ def run(module, x, y, train, rule="cross_entropy_mean"):
     return logits.detach(), loss.detach(), grads
 
 
-def reference(path, x, y, train, rule):
+def chunks_of_one_distance(module, x, y, train, rule, grads):
+    """How far PyTorch's own gradient accumulation over chunks of one sample (each chunk's
+    loss weighted by its share of the batch) lands from its full-batch gradients `grads`: the
+    largest over the parameters of max |difference| / max |full-batch gradient|. Backends
+    choose other kernels for one sample (oneDNN's convolutions on some CPUs round far more
+    than the sums do), so this, not a constant, is what koila's chunks of one are held to.
+    In the reference's mode (a train-mode batch norm couples the batch: never in chunks of one)."""
+    module.train(train)
+    for p in module.parameters():
+        p.grad = None
+    batch = x.shape[0]
+    for i in range(batch):
+        (loss_of(rule, tree_flatten(module(x[i:i + 1]))[0], y[i:i + 1]) / batch).backward()
+    worst = 0.0
+    for (n, full), p in zip(grads, module.parameters()):
+        scale = full.abs().max().item()
+        if p.grad is not None and scale > 0:
+            worst = max(worst, (p.grad - full).abs().max().item() / scale)
+        p.grad = None
+    return torch.tensor(worst, dtype=torch.float64)
+
+
+def reference(path, x, y, train, rule, has_bn):
     """The reference buffers: PyTorch's float32 results from the saved TorchScript model
-    (loaded afresh for each mode, since train mode updates batch-norm statistics)."""
+    (loaded afresh for each mode, since train mode updates batch-norm statistics), and where
+    the model runs in chunks of one (eval mode, or no batch norm) PyTorch's own distance for
+    them (chunks_of_one_distance)."""
     logits, loss, grads = run(torch.jit.load(path), x, y, train, rule)
     zero = [n for n, g in grads if not g.abs().max() > 0]
     assert not zero, f"{path}: no gradient reaches {', '.join(zero)}"
-    return [("input", x), ("target", y), ("logits", logits), ("loss", loss)] + [(grad_name(n), g) for n, g in grads]
+    out = [("input", x), ("target", y), ("logits", logits), ("loss", loss)] + [(grad_name(n), g) for n, g in grads]
+    if not (train and has_bn):
+        out.append(("chunks_of_one_distance", chunks_of_one_distance(torch.jit.load(path), x, y, train, rule, grads)))
+    return out
 
 
 def stat_name(module_name, buffer):
@@ -495,7 +525,7 @@ def make(name, out_dir):
     if has_bn:
         modes.append("eval")
     for mode in modes:
-        save_reference(reference(os.path.join(out_dir, name + ".pt"), x, y, (mode == "train"), loss_rule(name)),
+        save_reference(reference(os.path.join(out_dir, name + ".pt"), x, y, (mode == "train"), loss_rule(name), has_bn),
                        os.path.join(out_dir, f"{name}.{mode}.ref.pt"))
 
     if has_bn:  # batch norm per chunk (koila_set_batch_stats): 4 chunks

@@ -312,10 +312,17 @@ TEST_P(Corpus, ChunksOfOneTwoAndFourStayWithinTheirBudget) {
                               << r.description;
     expect_as_planned(r);
     expect_within_target(r);
-    // Chunks of one sample add eight float32 sums where PyTorch's batch adds one: PyTorch's own
-    // gradient accumulation over chunks of 1 is as far from its whole batch as koila's run is
-    // (unet_small's mid.3.weight: 6.43e-06 either way, 1.3e-3 of its largest element).
-    expect_results(c, *graph_, ref_, r, what.c_str(), r.chunk == 1 ? 2 * kGradTolerance : kGradTolerance);
+    // Chunks of one sample add eight float32 sums where PyTorch's batch adds one, and backends
+    // choose other kernels for one sample: held to PyTorch's own gradient accumulation over
+    // chunks of one, as far from its whole batch as koila's run is (unet_small's mid.3.weight:
+    // 6.43e-06 either way, 1.3e-3 of its largest element; on an AVX-512 EPYC, resnet18's
+    // layer4.1.conv2.weight in eval mode 7.72e-3 either way, oneDNN's one-sample convolutions),
+    // with a fifth more, and never below twice the usual tolerance.
+    const double own = ref_.chunks_of_one_distance;
+    if (r.chunk == 1 && c.mode == KOILA_MODE_TRAINING)
+      std::printf("[corpus] %s %s: PyTorch's own chunks of 1 differ by %.2e\n", c.label().c_str(), what.c_str(), own);
+    expect_results(c, *graph_, ref_, r, what.c_str(),
+                   r.chunk == 1 ? std::max(2 * kGradTolerance, 1.2 * own) : kGradTolerance);
   }
 }
 
