@@ -74,7 +74,7 @@ export Plan, batch_size, chunk_size, num_chunks, peak_bytes, full_peak_bytes, bu
 export TorchModule, forward, forward_all, train!, istraining, num_parameters, parameter, parameters,
        parameter_name, parameter_names, module_kind, num_buffers, buffer, buffers, buffer_name,
        buffer_names, Optimizer, SGD, Adam, AdamW, step!
-export set_lr!, lr, load!, clip_grad_norm!
+export set_lr!, lr, load!, clip_grad_norm!, rng_save, rng_load!
 export shared_tensor, shared_array, TensorArray, unsafe_from_dlpack, to_dlpack, dlpack_delete
 export ProcessGroup, group_rank, group_local_rank, group_size, group_broadcast!, group_backward!
 

@@ -2,7 +2,7 @@
 #
 # The raw Julia binding of koila: one function per function of the C API, written by
 # bindings/julia/Koila.jl/gen/generate.py from include/koila.h.
-# Header sha256: cdd270b9ff500f3c1bcf2e458fe9be7bfbe97bddec8a5f756c500c72ccccff4d
+# Header sha256: c0c3fd89ca64485cd5c31b53e98d8bf7f6b0dd6a3bace5be8fb0fecdb1a5a942
 #
 # To regenerate after changing the header, from the repository root:
 #     python3 bindings/julia/Koila.jl/gen/generate.py
@@ -363,6 +363,8 @@ const _fptr_koila_optimizer_set_lr = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_lr = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_save = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_optimizer_load = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_rng_save = Ref{Ptr{Cvoid}}(C_NULL)
+const _fptr_koila_rng_load = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_clip_grad_norm = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_tensor_from_dlpack = Ref{Ptr{Cvoid}}(C_NULL)
 const _fptr_koila_tensor_to_dlpack = Ref{Ptr{Cvoid}}(C_NULL)
@@ -524,6 +526,8 @@ const _FUNCTIONS = (
     (:koila_optimizer_lr, _fptr_koila_optimizer_lr),
     (:koila_optimizer_save, _fptr_koila_optimizer_save),
     (:koila_optimizer_load, _fptr_koila_optimizer_load),
+    (:koila_rng_save, _fptr_koila_rng_save),
+    (:koila_rng_load, _fptr_koila_rng_load),
     (:koila_clip_grad_norm, _fptr_koila_clip_grad_norm),
     (:koila_tensor_from_dlpack, _fptr_koila_tensor_from_dlpack),
     (:koila_tensor_to_dlpack, _fptr_koila_tensor_to_dlpack),
@@ -2404,6 +2408,32 @@ function koila_optimizer_load(o, path)
     fptr = _fptr_koila_optimizer_load[]
     fptr == C_NULL && _not_loaded(:koila_optimizer_load)
     ccall(fptr, Ptr{koila_status}, (Ptr{koila_optimizer}, Cstring), o, path)
+end
+
+"""
+    koila_rng_save(path) -> Ptr{koila_status}
+
+C: `koila_status *koila_rng_save(const char *path);`
+
+Saves the state of every random generator koila uses, which koila_manual_seed seeds: the CPU's, and each CUDA device's. Atomic, as koila_optimizer_save (versioned, with a CRC-32; a failed write is KOILA_ERROR_IO with the old file as it was). Planning never draws from these generators (probes, sample-mixing checks, KOILA_CHUNK_FASTEST's timing, calibration, and the attempt a retry after running out of memory replaces: the retry draws what it would have drawn), so a seeded step gives the same result whether or not its structure was planned before in the process, and a step after koila_rng_load the same as the step after the save in the run that saved. Dropout draws its masks chunk by chunk: a step is reproduced under the same budget and chunking options (a run in other chunks draws other, equally random masks).
+"""
+function koila_rng_save(path)
+    fptr = _fptr_koila_rng_save[]
+    fptr == C_NULL && _not_loaded(:koila_rng_save)
+    ccall(fptr, Ptr{koila_status}, (Cstring,), path)
+end
+
+"""
+    koila_rng_load(path) -> Ptr{koila_status}
+
+C: `koila_status *koila_rng_load(const char *path);`
+
+Loads what koila_rng_save wrote: every generator the file holds takes its saved state. A missing, truncated or corrupt file, one written by a newer koila, or a state this LibTorch's generator refuses is KOILA_ERROR_IO; a file holding a CUDA device this process does not have is KOILA_ERROR_INVALID_ARGUMENT naming it. Either way no generator changes. A file saved without CUDA leaves the CUDA generators as they are.
+"""
+function koila_rng_load(path)
+    fptr = _fptr_koila_rng_load[]
+    fptr == C_NULL && _not_loaded(:koila_rng_load)
+    ccall(fptr, Ptr{koila_status}, (Cstring,), path)
 end
 
 """

@@ -3,8 +3,8 @@
 # A run that stops and restarts from a `Koila.save(m, path)` and a `Koila.save(opt, path)`
 # made between two steps continues exactly: load the module (`TorchModule(path)`), make the
 # same kind of optimizer over its parameters and `load!` its state; the parameters after
-# every later step are the same, bit for bit, as those of a run that never stopped. Random
-# generator states are not saved (seed with `manual_seed!`).
+# every later step are the same, bit for bit, as those of a run that never stopped. With
+# dropout, save the random generators too (`rng_save`, loaded with `rng_load!`).
 
 """
     set_lr!(opt::Optimizer, lr) -> opt
@@ -77,4 +77,31 @@ function clip_grad_norm!(params, max_norm::Real)
     status = GC.@preserve ps LibKoila.koila_clip_grad_norm(norm, handles, length(handles), Float64(max_norm))
     @check status
     return norm[]
+end
+
+"""
+    rng_save(path)
+
+Saves the state of every random generator koila uses (the CPU's, and each CUDA device's),
+which `manual_seed!` seeds. Atomic, as saving an optimizer: `path` holds afterwards the
+complete old file or the complete new one; a failed write throws `KOILA_ERROR_IO`. With the
+module and optimizer files, a run restarted from them continues bit for bit, dropout
+included. Planning never draws from these generators.
+"""
+function rng_save(path::AbstractString)
+    @check LibKoila.koila_rng_save(_cstr(path, "path"))
+    return nothing
+end
+
+"""
+    rng_load!(path)
+
+Loads what `rng_save(path)` wrote: every generator the file holds takes its saved state. A
+missing, truncated or corrupt file, or one written by a newer koila, throws
+`KOILA_ERROR_IO`; a file holding a CUDA device this process lacks,
+`KOILA_ERROR_INVALID_ARGUMENT`. Either way no generator changes.
+"""
+function rng_load!(path::AbstractString)
+    @check LibKoila.koila_rng_load(_cstr(path, "path"))
+    return nothing
 end

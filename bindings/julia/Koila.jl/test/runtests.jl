@@ -534,6 +534,25 @@ end
     @test load!(other, state) === other
     @test lr(other) == 0.01
     koila_error(() -> Koila.save(opt, joinpath(dir, "no", "such", "folder", "x.state")), KOILA_ERROR_IO)
+
+    # The random generators' file: the draws after a load are those that followed the save;
+    # a missing or garbage file throws KOILA_ERROR_IO and changes no generator.
+    draw() = Array(Koila.randn(Float32, 16))
+    manual_seed!(3)
+    draw()
+    rng = joinpath(dir, "rng.bin")
+    rng_save(rng)
+    after_save, later = draw(), draw()
+    @test after_save != later
+    rng_load!(rng)
+    @test draw() == after_save
+    @test draw() == later
+    write(joinpath(dir, "garbage.bin"), "not a generator file")
+    for bad in (joinpath(dir, "missing.bin"), joinpath(dir, "garbage.bin"))
+        rng_load!(rng)
+        koila_error(() -> rng_load!(bad), KOILA_ERROR_IO; contains = "no generator is changed")
+        @test draw() == after_save
+    end
     close(opt)
     koila_error(() -> lr(opt), KOILA_ERROR_INVALID_ARGUMENT)
 end

@@ -1468,6 +1468,27 @@ extern "C" {
     ) -> *mut koila_status;
 }
 extern "C" {
+    #[doc = " Saves the state of every random generator koila uses, which koila_manual_seed seeds:"]
+    #[doc = "the CPU's, and each CUDA device's. Atomic, as koila_optimizer_save (versioned, with a"]
+    #[doc = "CRC-32; a failed write is KOILA_ERROR_IO with the old file as it was). Planning never"]
+    #[doc = "draws from these generators (probes, sample-mixing checks, KOILA_CHUNK_FASTEST's timing,"]
+    #[doc = "calibration, and the attempt a retry after running out of memory replaces: the retry"]
+    #[doc = "draws what it would have drawn), so a seeded step gives the same result whether or not"]
+    #[doc = "its structure was planned before in the process, and a step after koila_rng_load the"]
+    #[doc = "same as the step after the save in the run that saved. Dropout draws its masks chunk by"]
+    #[doc = "chunk: a step is reproduced under the same budget and chunking options (a run in other"]
+    #[doc = "chunks draws other, equally random masks)."]
+    pub fn koila_rng_save(path: *const ::std::os::raw::c_char) -> *mut koila_status;
+}
+extern "C" {
+    #[doc = " Loads what koila_rng_save wrote: every generator the file holds takes its saved state."]
+    #[doc = "A missing, truncated or corrupt file, one written by a newer koila, or a state this"]
+    #[doc = "LibTorch's generator refuses is KOILA_ERROR_IO; a file holding a CUDA device this process"]
+    #[doc = "does not have is KOILA_ERROR_INVALID_ARGUMENT naming it. Either way no generator changes."]
+    #[doc = "A file saved without CUDA leaves the CUDA generators as they are."]
+    pub fn koila_rng_load(path: *const ::std::os::raw::c_char) -> *mut koila_status;
+}
+extern "C" {
     #[doc = " Scales the gradients of params in place so that their joint 2-norm is at most"]
     #[doc = "max_norm, as torch.nn.utils.clip_grad_norm_: every gradient is multiplied by"]
     #[doc = "min(1, max_norm / (norm + 1e-6)). Writes the norm before clipping to *out. params are"]

@@ -77,3 +77,23 @@ pub fn version() -> &'static str {
 pub fn manual_seed(seed: u64) -> Result<()> {
     error::check(unsafe { sys::koila_manual_seed(seed) })
 }
+
+/// Saves the state of every random generator koila uses (the CPU's, and each CUDA device's),
+/// which [`manual_seed`] seeds. Atomic, as [`Optimizer::save`]: `path` holds afterwards the
+/// complete old file or the complete new one; a failed write is [`Code::Io`]. With the module
+/// and optimizer files, a run restarted from them continues bit for bit, dropout included.
+/// Planning never draws from these generators: a seeded step gives the same result whether or
+/// not its structure was planned before.
+pub fn rng_save(path: impl AsRef<std::path::Path>) -> Result<()> {
+    let path = error::path_string(path.as_ref())?;
+    error::check(unsafe { sys::koila_rng_save(path.as_ptr()) })
+}
+
+/// Loads what [`rng_save`] wrote: every generator the file holds takes its saved state. A
+/// missing, truncated or corrupt file, or one written by a newer koila, is [`Code::Io`]; a
+/// file holding a CUDA device this process lacks is [`Code::InvalidArgument`]. Either way no
+/// generator changes.
+pub fn rng_load(path: impl AsRef<std::path::Path>) -> Result<()> {
+    let path = error::path_string(path.as_ref())?;
+    error::check(unsafe { sys::koila_rng_load(path.as_ptr()) })
+}

@@ -481,3 +481,32 @@ fn from_vec_hands_a_vec_over_without_copying() {
     let u = unsafe { Tensor::from_dlpack(managed, false) }.unwrap();
     assert_eq!(u.to_vec::<f32>().unwrap(), vec![0.5, 1.5, 2.5, 3.5, 4.5, 5.5]);
 }
+
+/// The generators' file: the draws after a load are those that followed the save, and a
+/// missing or garbage file is an IO error that changes no generator.
+#[test]
+fn rng_file_puts_the_generators_back() {
+    let _g = serial();
+    let dir = scratch("rng");
+    let path = dir.join("rng.bin");
+    let draw = || Tensor::randn(&[16], DType::Float32, "cpu").unwrap().to_vec::<f32>().unwrap();
+    koila::manual_seed(3).unwrap();
+    draw();
+    koila::rng_save(&path).unwrap();
+    let after_save = draw();
+    let later = draw();
+    assert_ne!(after_save, later);
+    koila::rng_load(&path).unwrap();
+    assert_eq!(draw(), after_save);
+    assert_eq!(draw(), later);
+
+    std::fs::write(dir.join("garbage.bin"), b"not a generator file at all").unwrap();
+    koila::rng_load(&path).unwrap();
+    for bad in [dir.join("missing.bin"), dir.join("garbage.bin")] {
+        let err = koila::rng_load(&bad).unwrap_err();
+        assert_eq!(err.code(), Code::Io, "{}", err);
+        assert!(err.to_string().contains("no generator is changed"), "{}", err);
+        assert_eq!(draw(), after_save, "a failed load changed a generator");
+        koila::rng_load(&path).unwrap();
+    }
+}

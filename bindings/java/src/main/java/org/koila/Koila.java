@@ -30,6 +30,33 @@ public final class Koila {
   }
 
   /**
+   * Saves the state of every random generator koila uses (the CPU's, and each CUDA device's),
+   * which {@link #manualSeed} seeds. Atomic, as {@link Optimizer#save(String)}: the file is
+   * afterwards the complete old one or the complete new one. With the module and optimizer
+   * files, a run restarted from them continues bit for bit, dropout included. Planning never
+   * draws from these generators: a seeded step gives the same result whether or not its
+   * structure was planned before.
+   *
+   * @throws KoilaException {@link Code#IO} when the file cannot be written
+   */
+  public static void rngSave(String path) {
+    if (path == null) throw KoilaException.invalid("argument 'path' is null");
+    KoilaException.check(KoilaNative.koila_rng_save(path));
+  }
+
+  /**
+   * Loads what {@link #rngSave} wrote: every generator the file holds takes its saved state.
+   *
+   * @throws KoilaException {@link Code#IO} for a missing, truncated, corrupt or newer file,
+   *     {@link Code#INVALID_ARGUMENT} for a file holding a CUDA device this process lacks;
+   *     either way no generator changes
+   */
+  public static void rngLoad(String path) {
+    if (path == null) throw KoilaException.invalid("argument 'path' is null");
+    KoilaException.check(KoilaNative.koila_rng_load(path));
+  }
+
+  /**
    * Sets the bytes koila may use on a device. Reads and backward passes of lazy batches run
    * in chunks to stay within it. Thread-safe.
    *

@@ -371,4 +371,34 @@ class CheckpointTest {
       assertMessageContains(e, "contiguous", "toBytes");
     }
   }
+
+  private static float[] draw() {
+    try (Tensor t = Tensor.randn(16)) {
+      return t.toFloatArray();
+    }
+  }
+
+  /** The draws after a load are those that followed the save; a bad file changes nothing. */
+  @Test
+  void rngFilePutsTheGeneratorsBack(@TempDir Path dir) throws IOException {
+    String path = dir.resolve("rng.bin").toString();
+    Koila.manualSeed(3);
+    draw();
+    Koila.rngSave(path);
+    float[] afterSave = draw();
+    float[] later = draw();
+    assertFalse(Arrays.equals(afterSave, later));
+    Koila.rngLoad(path);
+    assertArrayEquals(afterSave, draw());
+    assertArrayEquals(later, draw());
+
+    Files.write(dir.resolve("garbage.bin"), "not a generator file".getBytes());
+    for (String bad : new String[] {dir.resolve("missing.bin").toString(), dir.resolve("garbage.bin").toString()}) {
+      Koila.rngLoad(path);
+      KoilaException e = assertKoila(Code.IO, () -> Koila.rngLoad(bad));
+      assertMessageContains(e, "no generator is changed");
+      assertArrayEquals(afterSave, draw(), "a failed load changed a generator");
+    }
+    assertKoila(Code.INVALID_ARGUMENT, () -> Koila.rngSave(null));
+  }
 }
