@@ -1,7 +1,8 @@
 /* Checkpoints that survive a kill, for the examples that resume (train_resume.c, train_ddp.c):
-   a checkpoint is model-S.pt and optimizer-S.state in a folder (S steps done), each written
-   whole or not at all by koila, then "latest" (the number S), replaced by a rename only once
-   both are complete. A kill at any moment leaves "latest" naming a complete pair. */
+   a checkpoint is model-S.pt, optimizer-S.state and each worker's random generators,
+   rng-S-R.bin, in a folder (S steps done), each written whole or not at all by koila, then
+   "latest" (the number S), replaced by a rename only once all are complete. A kill at any
+   moment leaves "latest" naming a complete checkpoint. */
 #ifndef KOILA_EXAMPLE_CHECKPOINT_H
 #define KOILA_EXAMPLE_CHECKPOINT_H
 
@@ -51,20 +52,40 @@ static void checkpoint_paths(const char* dir, long steps, char* model, char* sta
   snprintf(state, size, "%s/optimizer-%ld.state", dir, steps);
 }
 
-/* Saves checkpoint `step` and removes the one before it. Returns NULL or koila's status. */
-static koila_status* save_checkpoint(const char* dir, long step, koila_module* net, koila_optimizer* opt) {
-  char model[4096], state[4096], old_model[4096], old_state[4096];
-  const long previous = read_latest(dir);
+/* The random generators of worker `rank` after `steps` steps (koila_rng_save): dropout's masks
+   continue from there. */
+static void rng_path(const char* dir, long steps, int rank, char* out, size_t size) {
+  snprintf(out, size, "%s/rng-%ld-%d.bin", dir, steps, rank);
+}
+
+/* Saves the files of checkpoint `step`, "latest" unchanged: the module and the optimizer where
+   given (one worker saves them), and this worker's generators. Returns NULL or koila's status. */
+static koila_status* save_checkpoint_files(const char* dir, long step, int rank, koila_module* net,
+                                           koila_optimizer* opt) {
+  char model[4096], state[4096], rng[4096];
   koila_status* s;
   checkpoint_paths(dir, step, model, state, sizeof model);
-  if ((s = koila_module_save(net, model)) != NULL || (s = koila_optimizer_save(opt, state)) != NULL) return s;
+  rng_path(dir, step, rank, rng, sizeof rng);
+  if (net != NULL && (s = koila_module_save(net, model)) != NULL) return s;
+  if (opt != NULL && (s = koila_optimizer_save(opt, state)) != NULL) return s;
+  return koila_rng_save(rng);
+}
+
+/* Makes checkpoint `step` the one a restart takes (once every worker's files are complete), and
+   removes the one before it (the generators of `workers` workers). */
+static void commit_checkpoint(const char* dir, long step, int workers) {
+  char old_model[4096], old_state[4096], old_rng[4096];
+  const long previous = read_latest(dir);
+  int r;
   write_latest(dir, step);
-  if (previous >= 0 && previous != step) {
-    checkpoint_paths(dir, previous, old_model, old_state, sizeof old_model);
-    remove(old_model);
-    remove(old_state);
+  if (previous < 0 || previous == step) return;
+  checkpoint_paths(dir, previous, old_model, old_state, sizeof old_model);
+  remove(old_model);
+  remove(old_state);
+  for (r = 0; r < workers; ++r) {
+    rng_path(dir, previous, r, old_rng, sizeof old_rng);
+    remove(old_rng);
   }
-  return NULL;
 }
 
 /* FNV-1a of the float32 parameters' bytes, in order (0 when one cannot be read). */

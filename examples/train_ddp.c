@@ -4,9 +4,10 @@
    CNN and trains on its own shard of each batch (shards of uneven size where the batch does not
    divide), in chunks under its own memory budget; koila_group_backward leaves every worker with
    the gradients of the whole batch, so all take the same optimizer step. Rank 0 checkpoints the
-   module and the optimizer every SAVE_EVERY steps (checkpoint.h); when a worker dies, torchrun
-   --max-restarts restarts them all and they resume from the last checkpoint, ending with the
-   parameters of a run that never stopped.
+   module and the optimizer every SAVE_EVERY steps, and every worker its random generators
+   (checkpoint.h: a model with dropout draws each worker's masks from its own); when a worker
+   dies, torchrun --max-restarts restarts them all and they resume from the last checkpoint,
+   ending with the parameters of a run that never stopped.
 
    On one machine, 4 workers:
      torchrun --nproc-per-node 4 --no-python ./koila_example_train_ddp cnn.pt /tmp/ddp
@@ -73,8 +74,8 @@ int main(int argc, char **argv) {
   koila_tensor **params;
   koila_optimizer *opt = NULL;
   size_t n_params = 0, i;
-  long done, step;
-  char model_path[4096], state_path[4096];
+  long done, step, saved = 0;
+  char model_path[4096], state_path[4096], rng_file[4096];
   uint64_t current = 0, budget = 0;
 
   if (cnn == NULL || dir == NULL || steps < 1 || save_every < 1 || batch < 1 ||
@@ -139,8 +140,11 @@ int main(int argc, char **argv) {
   }
   if (done >= 0) {
     check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
+    rng_path(dir, done, rank, rng_file, sizeof rng_file);
+    check(koila_rng_load(rng_file), "koila_rng_load");
   } else {
     done = 0;
+    check(koila_manual_seed(29 + (uint64_t)rank), "koila_manual_seed"); /* each shard its own masks */
   }
   printf("rank %d of %d (local rank %d, %s on %s): samples %lld..%lld of each batch of %lld; %s after step %ld\n",
          rank, world, local, backend, device, (long long)start, (long long)(start + length - 1), (long long)batch,
@@ -153,12 +157,20 @@ int main(int argc, char **argv) {
     build_cnn_graph(&g, net, images, labels, ((step - 1) % 4) * batch + start, length, device);
     check(koila_optimizer_zero_grad(opt), "koila_optimizer_zero_grad");
     check(koila_group_backward(group, g.loss, params, n_params), "koila_group_backward");
+    /* The checkpoint saved after the step before is complete on every worker: none could join
+       this step's reduction before saving its files. Rank 0 makes it the latest. */
+    if (saved > 0 && rank == 0) commit_checkpoint(dir, saved, world);
+    saved = 0;
     check(koila_tensor_item(g.loss, &value), "koila_tensor_item"); /* this shard's loss */
     check(koila_optimizer_step(opt), "koila_optimizer_step");
     if (rank == 0) {
       printf("step %3ld  loss of rank 0's shard %.4f\n", step, value);
       fflush(stdout);
-      if (step % save_every == 0 && step < steps) check(save_checkpoint(dir, step, net, opt), "saving a checkpoint");
+    }
+    if (step % save_every == 0 && step < steps) {
+      check(save_checkpoint_files(dir, step, rank, rank == 0 ? net : NULL, rank == 0 ? opt : NULL),
+            "saving a checkpoint");
+      saved = step;
     }
     free_cnn_graph(&g);
   }

@@ -1,12 +1,15 @@
 /* A training run that survives being killed: trains a TorchScript CNN with AdamW, a
    learning-rate schedule and gradient clipping, under a budget that splits every step into
-   chunks, and checkpoints the module and the optimizer every SAVE_EVERY steps. Started again
-   after a kill (or a crash, a preemption), it picks up at the last checkpoint, and the run
-   ends with the same parameters, bit for bit, as a run that never stopped.
+   chunks, and checkpoints the module, the optimizer and the random generators every SAVE_EVERY
+   steps. Started again after a kill (or a crash, a preemption), it picks up at the last
+   checkpoint, and the run ends with the same parameters, bit for bit, as a run that never
+   stopped: with a model that has dropout (cnn_dropout.pt), the generators' file makes the
+   restarted run draw the masks the stopped one would have.
 
-   A checkpoint is three files in DIR: model-S.pt and optimizer-S.state (S steps done), each
-   written whole or not at all by koila, then "latest" (the number S), replaced by a rename
-   only once both are complete. A kill at any moment leaves "latest" naming a complete pair.
+   A checkpoint is four files in DIR: model-S.pt, optimizer-S.state and rng-S-0.bin (S steps
+   done), each written whole or not at all by koila, then "latest" (the number S), replaced by
+   a rename only once all are complete. A kill at any moment leaves "latest" naming a complete
+   checkpoint.
 
    At the end it saves DIR/final.pt and prints a checksum (FNV-1a) of the parameters' bytes.
 
@@ -43,7 +46,7 @@ int main(int argc, char **argv) {
   koila_optimizer *opt = NULL;
   size_t n_params = 0, i;
   long done, step;
-  char model_path[4096], state_path[4096];
+  char model_path[4096], state_path[4096], rng_file[4096];
   uint64_t current = 0, budget = 0;
   unsigned long long hash = 0;
 
@@ -82,9 +85,12 @@ int main(int argc, char **argv) {
 
   if (done >= 0) {
     check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
+    rng_path(dir, done, 0, rng_file, sizeof rng_file);
+    check(koila_rng_load(rng_file), "koila_rng_load");
     printf("resumed after step %ld from %s\n", done, state_path);
   } else {
     done = 0;
+    check(koila_manual_seed(29), "koila_manual_seed"); /* dropout's masks, from the first step */
     printf("started from %s\n", cnn);
   }
   fflush(stdout);
@@ -107,7 +113,10 @@ int main(int argc, char **argv) {
     koila_plan_free(plan);
     free_cnn_graph(&g);
 
-    if (step % save_every == 0 && step < steps) check(save_checkpoint(dir, step, net, opt), "saving a checkpoint");
+    if (step % save_every == 0 && step < steps) {
+      check(save_checkpoint_files(dir, step, 0, net, opt), "saving a checkpoint");
+      commit_checkpoint(dir, step, 1);
+    }
   }
 
   snprintf(model_path, sizeof model_path, "%s/final.pt", dir);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 52: a worker of examples/train_ddp.c killed (SIGKILL) after a checkpoint, under torchrun
 # --max-restarts 1: torchrun restarts both workers, which join afresh (its store, the next
-# restart attempt's keys) and resume from rank 0's last checkpoint, ending with the parameters,
-# bit for bit, of the same run never stopped. With SGD (momentum) and with Adam.
+# restart attempt's keys) and resume from rank 0's last checkpoint and their own generators'
+# files, ending with the parameters, bit for bit, of the same run never stopped. Its model has
+# dropout (cnn_dropout.pt): each worker draws its masks from its own generators, which a restart
+# continues. With SGD (momentum) and with Adam.
 #   restart.sh TORCHRUN EXAMPLE CNN.pt
 source "$(dirname "$0")/common.sh"
 steps=12 save_every=3 batch=30
