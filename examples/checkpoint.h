@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "koila.h"
@@ -56,6 +57,14 @@ static void checkpoint_paths(const char* dir, long steps, char* model, char* sta
    continue from there. */
 static void rng_path(const char* dir, long steps, int rank, char* out, size_t size) {
   snprintf(out, size, "%s/rng-%ld-%d.bin", dir, steps, rank);
+}
+
+/* Whether KOILA_EXAMPLE_SKIP_RNG_LOAD is 1: a resume then leaves the generators as the process
+   started them, as a checkpoint without its generators' files would. Only to show that they
+   matter: with dropout such a run ends with other parameters (the tests check that it does). */
+static int skip_rng_load(void) {
+  const char* value = getenv("KOILA_EXAMPLE_SKIP_RNG_LOAD");
+  return value != NULL && strcmp(value, "1") == 0;
 }
 
 /* Saves the files of checkpoint `step`, "latest" unchanged: the module and the optimizer where

@@ -22,7 +22,9 @@
 
    usage: koila_example_train_ddp CNN.pt DIR [steps] [save_every] [batch] [sgd|adam]
    (KOILA_EXAMPLE_TIMEOUT_MS: the group's timeout, default 60000; KOILA_EXAMPLE_BACKEND: gloo,
-   the default, on the CPU, or nccl on the worker's GPU) */
+   the default, on the CPU, or nccl on the worker's GPU; KOILA_EXAMPLE_SKIP_RNG_LOAD=1: resume
+   without loading the generators, which with dropout ends elsewhere, as tests/launcher/restart.sh
+   shows) */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -141,7 +143,10 @@ int main(int argc, char **argv) {
   if (done >= 0) {
     check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
     rng_path(dir, done, rank, rng_file, sizeof rng_file);
-    check(koila_rng_load(rng_file), "koila_rng_load");
+    if (!skip_rng_load())
+      check(koila_rng_load(rng_file), "koila_rng_load");
+    else
+      printf("rank %d: not loading %s (KOILA_EXAMPLE_SKIP_RNG_LOAD)\n", rank, rng_file);
   } else {
     done = 0;
     check(koila_manual_seed(29 + (uint64_t)rank), "koila_manual_seed"); /* each shard its own masks */

@@ -13,7 +13,10 @@
 
    At the end it saves DIR/final.pt and prints a checksum (FNV-1a) of the parameters' bytes.
 
-   usage: koila_example_train_resume CNN.pt DIR [steps] [save_every] [batch] */
+   usage: koila_example_train_resume CNN.pt DIR [steps] [save_every] [batch]
+   (KOILA_EXAMPLE_SKIP_RNG_LOAD=1: resume without loading the generators, as a checkpoint
+   without them would: with dropout the run then ends elsewhere; tests/train_resume_kill.sh
+   shows that it does) */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -86,7 +89,10 @@ int main(int argc, char **argv) {
   if (done >= 0) {
     check(koila_optimizer_load(opt, state_path), "koila_optimizer_load");
     rng_path(dir, done, 0, rng_file, sizeof rng_file);
-    check(koila_rng_load(rng_file), "koila_rng_load");
+    if (!skip_rng_load())
+      check(koila_rng_load(rng_file), "koila_rng_load");
+    else
+      printf("not loading %s (KOILA_EXAMPLE_SKIP_RNG_LOAD)\n", rng_file);
     printf("resumed after step %ld from %s\n", done, state_path);
   } else {
     done = 0;

@@ -3,7 +3,9 @@
 # it finishes must end with the parameters, bit for bit, of a run that never stopped.
 #   train_resume_kill.sh EXAMPLE CNN.pt [kills]
 # Prints the kills, how many landed after a checkpoint (the restart resumed), and the two
-# checksums.
+# checksums. Its model has dropout (cnn_dropout.pt): the generators' files make it exact, and
+# the test shows they matter: resumed from the uninterrupted run's last checkpoint, the run ends
+# with its parameters again, but not when it skips loading them (KOILA_EXAMPLE_SKIP_RNG_LOAD).
 set -euo pipefail
 example=$1 cnn=$2 kills_wanted=${3:-10}
 steps=24 save_every=2
@@ -13,6 +15,24 @@ mkdir -p "$work/whole" "$work/killed"
 
 "$example" "$cnn" "$work/whole" $steps $save_every > "$work/whole.txt"
 want=$(grep -o 'fnv1a [0-9a-f]*' "$work/whole.txt")
+[[ -n "$want" ]] || { echo "FAIL: the uninterrupted run printed no checksum"; cat "$work/whole.txt"; exit 1; }
+
+# The generators matter: the uninterrupted run left its last checkpoint (before the last
+# steps); resumed from it, the run ends with the same parameters, and resumed from it without
+# loading the generators (dropout then draws other masks), with others.
+last=$(cat "$work/whole/latest")
+cp -r "$work/whole" "$work/again"
+cp -r "$work/whole" "$work/no-rng"
+"$example" "$cnn" "$work/again" $steps $save_every > "$work/again.txt"
+KOILA_EXAMPLE_SKIP_RNG_LOAD=1 "$example" "$cnn" "$work/no-rng" $steps $save_every > "$work/no-rng.txt"
+again=$(grep -o 'fnv1a [0-9a-f]*' "$work/again.txt")
+no_rng=$(grep -o 'fnv1a [0-9a-f]*' "$work/no-rng.txt")
+grep -q "^resumed after step $last " "$work/again.txt" && grep -q "^resumed after step $last " "$work/no-rng.txt" ||
+  { echo "FAIL: the runs did not resume from checkpoint $last"; cat "$work/again.txt" "$work/no-rng.txt"; exit 1; }
+echo "resumed after step $last of $steps: with the generators' file $again, without it $no_rng"
+[[ "$again" == "$want" ]] || { echo "FAIL: resumed with its generators, the run's parameters differ"; exit 1; }
+[[ "$no_rng" != "$want" ]] ||
+  { echo "FAIL: resumed without its generators, the run ends the same (has the model no dropout?)"; exit 1; }
 # How long a whole run takes, to spread the kills over it.
 start=$(date +%s%N)
 "$example" "$cnn" "$(mktemp -d "$work/timing-XXXXXX")" $steps $save_every > /dev/null
