@@ -24,19 +24,17 @@ FrameWriter::FrameWriter(const std::string& path, const FrameKind& kind, const s
                          uint64_t payload_bytes)
     : file_(path, kind.saving), crc_(crc32_z(0, nullptr, 0)) {
   const uint32_t format = kind.format, header_bytes = static_cast<uint32_t>(header.size());
-  put_raw(kind.magic, 8);
-  put_raw(&format, sizeof format);
-  put_raw(&header_bytes, sizeof header_bytes);
-  put_raw(&payload_bytes, sizeof payload_bytes);
-  put_raw(header.data(), header.size());
+  put(kind.magic, 8);
+  put(&format, sizeof format);
+  put(&header_bytes, sizeof header_bytes);
+  put(&payload_bytes, sizeof payload_bytes);
+  put(header.data(), header.size());
 }
 
-void FrameWriter::put_raw(const void* data, size_t size) {
+void FrameWriter::put(const void* data, size_t size) {
   crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), size);
   file_.write(data, size);
 }
-
-void FrameWriter::put(const void* data, size_t size) { put_raw(data, size); }
 
 void FrameWriter::commit() {
   const uint32_t crc = static_cast<uint32_t>(crc_);
@@ -48,12 +46,10 @@ void FrameReader::corrupt(const std::string& why) const {
   fail(Code::Io, std::string("cannot load ") + kind_.what + " from '" + path_ + "': " + why + "; " + kind_.unchanged);
 }
 
-void FrameReader::read_exactly(void* out, size_t size) {
+void FrameReader::read(void* out, size_t size) {
   in_.read(static_cast<char*>(out), static_cast<std::streamsize>(size));
   if (static_cast<size_t>(in_.gcount()) != size) corrupt("a read came up short (the file changed while read?)");
 }
-
-void FrameReader::read(void* out, size_t size) { read_exactly(out, size); }
 
 FrameReader::FrameReader(const std::string& path, const FrameKind& kind) : path_(path), kind_(kind) {
   struct stat info {};
@@ -66,16 +62,16 @@ FrameReader::FrameReader(const std::string& path, const FrameKind& kind) : path_
   const uint64_t size = static_cast<uint64_t>(in_.tellg());
   in_.seekg(0);
   char magic[8] = {};
-  if (size >= 8) read_exactly(magic, 8);
+  if (size >= 8) read(magic, 8);
   if (size < 8 || std::memcmp(magic, kind.magic, 8) != 0)
     corrupt(std::string("it is not ") + kind.a_what + " saved by koila");
   if (size < kPrefix + kTrailer) corrupt("the file is truncated (" + std::to_string(size) + " bytes)");
-  uint32_t header_bytes = 0;
-  read_exactly(&format_, 4);
-  read_exactly(&header_bytes, 4);
-  read_exactly(&payload_bytes_, 8);
-  if (format_ == 0 || format_ > kind.format)
-    corrupt("it is in format " + std::to_string(format_) + ", and this koila reads format " +
+  uint32_t format = 0, header_bytes = 0;
+  read(&format, 4);
+  read(&header_bytes, 4);
+  read(&payload_bytes_, 8);
+  if (format == 0 || format > kind.format)
+    corrupt("it is in format " + std::to_string(format) + ", and this koila reads format " +
             std::to_string(kind.format) + " (saved by a newer koila?)");
   const uint64_t expected = kPrefix + uint64_t(header_bytes) + payload_bytes_ + kTrailer;
   if (payload_bytes_ > size || expected != size)
@@ -87,16 +83,16 @@ FrameReader::FrameReader(const std::string& path, const FrameKind& kind) : path_
   std::vector<char> block(1 << 20);
   for (uint64_t left = size - kTrailer; left > 0;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(left, block.size()));
-    read_exactly(block.data(), n);
+    read(block.data(), n);
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(block.data()), n);
     left -= n;
   }
   uint32_t stored = 0;
-  read_exactly(&stored, 4);
+  read(&stored, 4);
   if (stored != static_cast<uint32_t>(crc)) corrupt("its checksum does not match: the file is corrupt");
   in_.seekg(static_cast<std::streamoff>(kPrefix));
   header_.assign(header_bytes, '\0');
-  read_exactly(header_.data(), header_.size());
+  read(header_.data(), header_.size());
 }
 
 }  // namespace koila

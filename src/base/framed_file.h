@@ -38,7 +38,6 @@ class FrameWriter {
   void commit();
 
  private:
-  void put_raw(const void* data, size_t size);
   AtomicFile file_;
   unsigned long crc_;
 };
@@ -50,19 +49,16 @@ class FrameReader {
  public:
   FrameReader(const std::string& path, const FrameKind& kind);
   const std::string& header() const { return header_; }
-  uint32_t format() const { return format_; }
   uint64_t payload_bytes() const { return payload_bytes_; }
   // The next `size` bytes of the payload.
   void read(void* out, size_t size);
   [[noreturn]] void corrupt(const std::string& why) const;
 
  private:
-  void read_exactly(void* out, size_t size);
   std::string path_;
   const FrameKind& kind_;
   std::ifstream in_;
   std::string header_;
-  uint32_t format_ = 0;
   uint64_t payload_bytes_ = 0;
 };
 

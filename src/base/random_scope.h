@@ -43,10 +43,7 @@ class GeneratorSnapshot {
   void restore() const {
     std::lock_guard<std::mutex> lock(generator_.mutex());
     if (cpu_) {
-      at::CPUGeneratorImpl* to = generator_.get<at::CPUGeneratorImpl>();
-      to->set_engine(cpu_->engine());
-      to->set_next_float_normal_sample(cpu_->next_float_normal_sample());
-      to->set_next_double_normal_sample(cpu_->next_double_normal_sample());
+      copy_into(generator_.get<at::CPUGeneratorImpl>());
     } else {
       generator_.set_state(state_);
     }
@@ -57,14 +54,19 @@ class GeneratorSnapshot {
     // A new generator given the copy's engine (at::Generator::clone leaks its copy on
     // LibTorch 1.13: LeakSanitizer found it).
     at::Generator copy = at::make_generator<at::CPUGeneratorImpl>();
-    copy.get<at::CPUGeneratorImpl>()->set_engine(cpu_->engine());
-    copy.get<at::CPUGeneratorImpl>()->set_next_float_normal_sample(cpu_->next_float_normal_sample());
-    copy.get<at::CPUGeneratorImpl>()->set_next_double_normal_sample(cpu_->next_double_normal_sample());
+    copy_into(copy.get<at::CPUGeneratorImpl>());
     return copy.get_state();
   }
   at::Generator& generator() { return generator_; }
 
  private:
+  // Gives `to` the CPU generator's saved engine and cached normal samples.
+  void copy_into(at::CPUGeneratorImpl* to) const {
+    to->set_engine(cpu_->engine());
+    to->set_next_float_normal_sample(cpu_->next_float_normal_sample());
+    to->set_next_double_normal_sample(cpu_->next_double_normal_sample());
+  }
+
   mutable at::Generator generator_;
   std::shared_ptr<at::CPUGeneratorImpl> cpu_;
   at::Tensor state_;

@@ -123,10 +123,12 @@ std::vector<int64_t> probe_shape(size_t rank) {
 }
 
 // Runs the op once on small tensors of ones with the inputs' ranks, dtypes and device (the
-// random generators' states put back after it), remembering the verdict for each combination. Sizes are 2 (in at most 8
-// dims), not 1: some kernels skip their dtype dispatch when a reduced dim has size 1. Keyed by a hash of (op, each
-// input's dtype and rank, device), which every op build makes: text keys cost more than the rest of building a small
-// op. (Were two keys to collide, a missing kernel would be found when the op runs instead of when it is built.)
+// random generators' states put back after it), remembering the verdict for each combination.
+// Sizes are 2 (in at most 8 dims), not 1: some kernels skip their dtype dispatch when a reduced
+// dim has size 1.
+// Keyed by a hash of (op, each input's dtype and rank, device), which every op build makes:
+// text keys cost more than the rest of building a small op. (Were two keys to collide, a
+// missing kernel would be found when the op runs instead of when it is built.)
 
 void probe_kernel(const OpSpec& spec, const std::vector<NodePtr>& inputs, const Node& self) {
   StructureKey key;

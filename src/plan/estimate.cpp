@@ -265,8 +265,9 @@ uint64_t probe(const NodePtr& root, const PlacedDevice& device, const Analysis& 
   probe_count.fetch_add(1);
   // Everything the probe allocates stays within the budget and the room, its copies of
   // state included (the random generators' are kept outside the tracked memory:
-  // base/random_scope.h); only what the run itself takes is the probe's peak. What a library keeps for the process once
-  // first used there (cuBLAS's workspace) is taken before, not counted as the graph's.
+  // base/random_scope.h); only what the run itself takes is the probe's peak. What a library
+  // keeps for the process once first used there (cuBLAS's workspace) is taken before, not
+  // counted as the graph's.
   prepare_device(device);
   const uint64_t current = memory_stats(device).current;
   BudgetScope limit(device, std::min(budget_bytes, current + std::min(room, UINT64_MAX - current)));

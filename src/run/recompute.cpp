@@ -463,10 +463,7 @@ std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
     plan->recomputed_ops += ops;
     plan->segments.push_back(std::move(segment));
   }
-  if (plan->segmented_programs > 0) {
-    plan->programs_freed_bytes = programs_freed;
-    plan->freed_bytes += programs_freed;
-  }
+  if (plan->segmented_programs > 0) plan->freed_bytes += programs_freed;
   plan->groups.reserve(plan->segments.size());
   for (const RecomputeSegment& segment : plan->segments)
     plan->groups.push_back(NodeGroup{

@@ -72,11 +72,10 @@ struct RecomputePlan {
   // ops compute that are not outputs and that autograd would have kept (freed in the forward,
   // computed again in the backward), and
   // the forward's cost of their ops (recompute_cost) against the whole forward's.
-  // With inside_programs, freed_bytes counts what the programs' own segments free too
-  // (programs_freed_bytes, found by the planner's simulation).
+  // With inside_programs, freed_bytes counts what the programs' own segments free too (found
+  // by the planner's simulation: Estimator::freed_inside_programs).
   int64_t chunk = -1;
   uint64_t freed_bytes = 0;
-  uint64_t programs_freed_bytes = 0;
   double recomputed_cost = 0, forward_cost = 0;
   size_t recomputed_ops = 0;
   // Module calls and exported programs (runs_program ops) run in segments of their own graph
@@ -95,8 +94,8 @@ struct RecomputePlan {
 // (`batch` when unsplit). Ranges must be ordered and disjoint; those without an op are dropped.
 // `saved` (when not empty): for each position of `base`, the bytes autograd saves of its value,
 // which is what freeing it frees (RecomputePlan::freed_bytes); else every value's bytes count.
-// `programs_freed`: with `inside_programs`, what the programs' segments free (RecomputePlan::
-// programs_freed_bytes).
+// `programs_freed`: with `inside_programs`, what the programs' segments free (added to
+// RecomputePlan::freed_bytes).
 std::shared_ptr<const RecomputePlan> make_recompute_plan(const Schedule& base,
                                                          std::vector<std::pair<size_t, size_t>> ranges, int64_t chunk,
                                                          const std::vector<double>& saved = {},

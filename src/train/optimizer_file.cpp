@@ -108,21 +108,15 @@ json hyperparameters_json(OptimizerKind kind, const Hyperparameters& h) {
 
 uint64_t element_bytes(const at::Tensor& param) { return uint64_t(param.numel()) * param.element_size(); }
 
-// --- writing ---
-
 // --- reading ---
 
-[[noreturn]] void corrupt(const std::string& path, const std::string& why) {
-  fail(Code::Io, "cannot load the optimizer state from '" + path + "': " + why + "; the optimizer is unchanged");
-}
-
 template <class T>
-T field(const json& j, const char* key, const std::string& path) {
-  if (!j.is_object() || !j.contains(key)) corrupt(path, std::string("its header has no \"") + key + "\"");
+T field(const json& j, const char* key, const FrameReader& in) {
+  if (!j.is_object() || !j.contains(key)) in.corrupt(std::string("its header has no \"") + key + "\"");
   try {
     return j.at(key).get<T>();
   } catch (const json::exception& e) {
-    corrupt(path, std::string("its header's \"") + key + "\" is malformed (" + e.what() + ")");
+    in.corrupt(std::string("its header's \"") + key + "\" is malformed (" + e.what() + ")");
   }
 }
 
@@ -170,24 +164,24 @@ void load_optimizer(Optimizer& o, const std::string& path) {
   try {
     header = json::parse(in.header());
   } catch (const json::exception& e) {
-    corrupt(path, std::string("its header is not JSON (") + e.what() + ")");
+    in.corrupt(std::string("its header is not JSON (") + e.what() + ")");
   }
 
   // What the file is for, against this optimizer: the first mismatch is the caller's.
-  const std::string kind = field<std::string>(header, "kind", path);
+  const std::string kind = field<std::string>(header, "kind", in);
   if (kind != optimizer_kind_name(o.kind))
     fail(Code::InvalidArgument, "'" + path + "' holds the state of an " + kind + " optimizer, and this one is " +
                                     optimizer_kind_name(o.kind) + "; the optimizer is unchanged");
-  const json params = field<json>(header, "parameters", path);
-  if (!params.is_array()) corrupt(path, "its header's \"parameters\" is not a list");
+  const json params = field<json>(header, "parameters", in);
+  if (!params.is_array()) in.corrupt("its header's \"parameters\" is not a list");
   if (params.size() != o.params.size())
     fail(Code::InvalidArgument, "'" + path + "' holds the state of " + std::to_string(params.size()) +
                                     " parameters, and this optimizer has " + std::to_string(o.params.size()) +
                                     "; the optimizer is unchanged");
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = o.params[i];
-    const auto dtype = field<std::string>(params[i], "dtype", path);
-    const auto shape = field<std::vector<int64_t>>(params[i], "shape", path);
+    const auto dtype = field<std::string>(params[i], "dtype", in);
+    const auto shape = field<std::vector<int64_t>>(params[i], "shape", in);
     if (dtype != dtype_name(p.scalar_type()) || at::IntArrayRef(shape) != p.sizes())
       fail(Code::InvalidArgument, "parameter " + std::to_string(i) + " does not match '" + path + "': the file's is " +
                                       dtype + " " + shape_string(shape) + ", this optimizer's " +
@@ -196,46 +190,46 @@ void load_optimizer(Optimizer& o, const std::string& path) {
   }
 
   // The hyperparameters, in the ranges the constructors take.
-  const json hj = field<json>(header, "hyperparameters", path);
+  const json hj = field<json>(header, "hyperparameters", in);
   Hyperparameters h;
-  h.lr = field<double>(hj, "lr", path);
-  h.weight_decay = field<double>(hj, "weight_decay", path);
+  h.lr = field<double>(hj, "lr", in);
+  h.weight_decay = field<double>(hj, "weight_decay", in);
   if (o.kind == OptimizerKind::Sgd) {
-    h.momentum = field<double>(hj, "momentum", path);
+    h.momentum = field<double>(hj, "momentum", in);
   } else {
-    h.beta1 = field<double>(hj, "beta1", path);
-    h.beta2 = field<double>(hj, "beta2", path);
-    h.eps = field<double>(hj, "eps", path);
+    h.beta1 = field<double>(hj, "beta1", in);
+    h.beta2 = field<double>(hj, "beta2", in);
+    h.eps = field<double>(hj, "eps", in);
   }
   try {
     check_hyperparameters(o.kind, h);
   } catch (const Error& e) {
-    corrupt(path, std::string("its hyperparameters are out of range (") + e.what() + ")");
+    in.corrupt(std::string("its hyperparameters are out of range (") + e.what() + ")");
   }
 
   // Every state, read into new tensors on the parameters' devices, before anything changes.
   std::vector<State> states(params.size());
   uint64_t offset = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    const json sj = field<json>(params[i], "state", path);
+    const json sj = field<json>(params[i], "state", in);
     if (sj.is_null()) continue;
     const at::Tensor& p = o.params[i];
     State& s = states[i];
     s.present = true;
-    s.step = field<int64_t>(sj, "step", path);
-    if (s.step < 0) corrupt(path, "parameter " + std::to_string(i) + "'s step count is negative");
-    const json tensors = field<json>(sj, "tensors", path);
-    if (!tensors.is_array()) corrupt(path, "parameter " + std::to_string(i) + "'s state tensors are not a list");
+    s.step = field<int64_t>(sj, "step", in);
+    if (s.step < 0) in.corrupt("parameter " + std::to_string(i) + "'s step count is negative");
+    const json tensors = field<json>(sj, "tensors", in);
+    if (!tensors.is_array()) in.corrupt("parameter " + std::to_string(i) + "'s state tensors are not a list");
     for (const json& tj : tensors) {
-      const auto name = field<std::string>(tj, "name", path);
-      const auto at_offset = field<uint64_t>(tj, "offset", path);
-      const auto bytes = field<uint64_t>(tj, "bytes", path);
+      const auto name = field<std::string>(tj, "name", in);
+      const auto at_offset = field<uint64_t>(tj, "offset", in);
+      const auto bytes = field<uint64_t>(tj, "bytes", in);
       const std::vector<Slot> known = slots(o.kind);
       if (std::none_of(known.begin(), known.end(), [&](const Slot& k) { return name == k.name; }) ||
           named(s, name).defined())
-        corrupt(path, "parameter " + std::to_string(i) + " has an unknown or repeated state tensor \"" + name + "\"");
+        in.corrupt("parameter " + std::to_string(i) + " has an unknown or repeated state tensor \"" + name + "\"");
       if (at_offset != offset || bytes != element_bytes(p) || offset + bytes > in.payload_bytes())
-        corrupt(path, "parameter " + std::to_string(i) + "'s " + name + " is not where the header says");
+        in.corrupt("parameter " + std::to_string(i) + "'s " + name + " is not where the header says");
       at::Tensor host = at::empty(p.sizes(), p.options().device(at::kCPU).requires_grad(false));
       in.read(host.data_ptr(), bytes);
       // On the parameter's device, laid out as the parameter (as torch::optim makes it).
@@ -246,9 +240,9 @@ void load_optimizer(Optimizer& o, const std::string& path) {
     }
     for (const Slot& k : slots(o.kind))
       if (k.required && !named(s, k.name).defined())
-        corrupt(path, "parameter " + std::to_string(i) + "'s state has no " + k.name);
+        in.corrupt("parameter " + std::to_string(i) + "'s state has no " + k.name);
   }
-  if (offset != in.payload_bytes()) corrupt(path, "its payload has bytes no state tensor claims");
+  if (offset != in.payload_bytes()) in.corrupt("its payload has bytes no state tensor claims");
 
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> made;
   made.reserve(states.size());

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/framed_file.h"
+#include "base/random_scope.h"
 
 namespace koila {
 namespace {
@@ -36,24 +37,17 @@ void set_state(at::Generator& g, const at::Tensor& state) {
   g.set_state(state);
 }
 
-// The generators koila's runs draw from: the CPU's, and each CUDA device's.
-std::vector<c10::Device> devices() {
-  std::vector<c10::Device> out{c10::Device(c10::kCPU)};
-  for (int i = 0; i < cuda_devices(); ++i) out.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
-  return out;
-}
-
 }  // namespace
 
 void save_random_states(const std::string& path) {
   json generators = json::array();
   std::vector<at::Tensor> states;
   uint64_t payload = 0;
-  for (const c10::Device& device : devices()) {
-    at::Generator g = generator_of(device);
+  // The generators koila's runs draw from: the CPU's, and with CUDA each device's.
+  for (at::Generator& g : generators_of(c10::Device(cuda_devices() > 0 ? c10::kCUDA : c10::kCPU))) {
     at::Tensor state = state_of(g);
     const uint64_t bytes = static_cast<uint64_t>(state.numel()) * state.element_size();
-    generators.push_back({{"device", device.str()}, {"bytes", bytes}});
+    generators.push_back({{"device", g.device().str()}, {"bytes", bytes}});
     payload += bytes;
     states.push_back(std::move(state));
   }
